@@ -1,0 +1,65 @@
+"""The ``lmc`` command. Thin: every verb parses its options and calls the library."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from lmc import __version__
+from lmc.config import LmcError
+
+# verb -> (module under lmc.cli, one-line help). Modules are imported only when needed.
+VERBS: dict[str, tuple[str, str]] = {
+    "train": ("train", "train one model into the run store"),
+    "align": ("align", "permute model B to match model A (weight/activation matching, STE)"),
+    "interpolate": ("interpolate", "evaluate the linear path between two runs; barriers"),
+    "analyze": ("analyze", "layerwise analysis: LEWC, LLFC, weak additivity, orthogonality"),
+    "sweep": ("sweep", "run an experiment described by a TOML file"),
+    "report": ("report", "write report.md and report.html from a results folder"),
+    "demo": ("demo", "the width study on digits, end to end, with a report"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lmc",
+        description="Linear mode connectivity: train, align, merge, measure and explain. "
+        "Path convention: theta(lam) = (1 - lam) theta_A + lam theta_B.",
+    )
+    parser.add_argument("--version", action="version", version=f"lmc {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module_name, help_text) in VERBS.items():
+        try:
+            module = importlib.import_module(f"lmc.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"lmc.cli.{module_name}":
+                raise
+            continue
+        verb_parser = sub.add_parser(
+            verb, help=help_text, description=module.__doc__,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        module.add_arguments(verb_parser)
+        verb_parser.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.handler(args) or 0)
+    except LmcError as exc:
+        print(f"lmc {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"lmc {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
