@@ -81,3 +81,16 @@ def parse_float_list(text: str, what: str) -> list[float]:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError as exc:
         raise LmcError(f"{what} must be comma-separated numbers, got {text!r}") from exc
+
+
+def dataset_for_config(config: dict[str, Any], args: argparse.Namespace, device: torch.device):
+    """Load the dataset a run was trained on (``config['dataset']``, ``config['dataset_options']``)."""
+    from lmc.data import load
+
+    return load(
+        config["dataset"],
+        data_dir=getattr(args, "data_dir", None),
+        device=device,
+        download=getattr(args, "download", False),
+        **config.get("dataset_options", {}),
+    )
