@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         verb_parser = sub.add_parser(
-            verb, help=help_text, description=module.__doc__,
+            verb,
+            help=help_text,
+            description=module.__doc__,
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         )
         module.add_arguments(verb_parser)

@@ -23,5 +23,7 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     except (RuntimeError, TypeError) as exc:
         raise LmcError(f"unknown device {device!r}: use cpu, cuda, cuda:N, mps or auto") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise LmcError(f"device {device!r} asked for, but PyTorch sees no CUDA GPU; use --device cpu")
+        raise LmcError(
+            f"device {device!r} asked for, but PyTorch sees no CUDA GPU; use --device cpu"
+        )
     return dev

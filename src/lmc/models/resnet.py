@@ -18,8 +18,9 @@ class BasicBlock(nn.Module):
     The shortcut is the identity, or a 1x1 conv + norm where the shape changes.
     """
 
-    def __init__(self, cin: int, cout: int, stride: int, norm: str, activation: str,
-                 bias: bool) -> None:
+    def __init__(
+        self, cin: int, cout: int, stride: int, norm: str, activation: str, bias: bool
+    ) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=bias)
         self.norm1 = make_norm(norm, cout, spatial=True)
@@ -88,8 +89,11 @@ class ResNet20(nn.Module):
             for b in range(BLOCKS_PER_STAGE):
                 layer += 2
                 k += 1
-                points.append(ProbePoint(f"block{k}", layer, "block", f"stage{s}.{b}", None,
-                                         f"stage{s}.{b}.act2"))
+                points.append(
+                    ProbePoint(
+                        f"block{k}", layer, "block", f"stage{s}.{b}", None, f"stage{s}.{b}.act2"
+                    )
+                )
         points.append(ProbePoint("logits", layer + 1, "logits", "out", "out"))
         return points
 

@@ -11,8 +11,26 @@ from .probes import ProbePoint
 # Standard base widths; "M" is a 2x2 max-pool. Width multiplier w scales every conv's channels.
 CONFIGS: dict[str, list[int | str]] = {
     "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
-    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-              512, 512, 512, "M"],
+    "vgg16": [
+        64,
+        64,
+        "M",
+        128,
+        128,
+        "M",
+        256,
+        256,
+        256,
+        "M",
+        512,
+        512,
+        512,
+        "M",
+        512,
+        512,
+        512,
+        "M",
+    ],
 }
 
 
@@ -64,8 +82,14 @@ class VGG(nn.Module):
 
     def probe_points(self) -> list[ProbePoint]:
         points = [
-            ProbePoint(f"layer{i}", i, "hidden", f"features.act{i}", f"features.conv{i}",
-                       f"features.act{i}")
+            ProbePoint(
+                f"layer{i}",
+                i,
+                "hidden",
+                f"features.act{i}",
+                f"features.conv{i}",
+                f"features.act{i}",
+            )
             for i in range(1, self._convs + 1)
         ]
         points.append(ProbePoint("logits", self._convs + 1, "logits", "classifier", "classifier"))

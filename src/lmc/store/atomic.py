@@ -68,7 +68,9 @@ def save_tensors(
         save_file(cpu, str(tmp), metadata=metadata)
 
 
-def load_tensors(path: str | os.PathLike, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+def load_tensors(
+    path: str | os.PathLike, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
     """Load a safetensors file (never unpickles); a corrupt or truncated file is an ``LmcError``."""
     path = Path(path)
     if not path.exists():

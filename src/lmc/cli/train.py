@@ -1,0 +1,199 @@
+"""Train one model into the run store.
+
+The run folder is named by a hash of everything that changes the weights (dataset, model and
+its options, the training recipe, both seeds). A finished run with the same config is reused;
+an interrupted one resumes from its last epoch. The run folder is the last line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lmc.config import LmcError
+from lmc.data import DATASETS
+from lmc.models import MODELS
+from lmc.models.layers import ACTIVATIONS, NORMS
+from lmc.store import RunStore, load_run
+from lmc.train import OPTIMIZERS, SCHEDULES, TrainSettings, make_config, spawn_config, train_run
+
+from .common import (
+    add_data_options,
+    add_device_option,
+    add_output_options,
+    add_runs_dir_option,
+    dataset_for_config,
+    device_from,
+    emit_json,
+)
+
+DEFAULTS = TrainSettings()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("data and model")
+    model.add_argument("--dataset", default="digits", choices=DATASETS, help="dataset")
+    model.add_argument("--model", default="mlp", choices=list(MODELS), help="architecture")
+    model.add_argument(
+        "--width",
+        type=float,
+        default=None,
+        help="MLP: hidden units (default 512); VGG/ResNet: channel multiplier "
+        "over the standard base widths (default 1)",
+    )
+    model.add_argument("--depth", type=int, default=3, help="MLP: number of hidden layers")
+    model.add_argument(
+        "--norm",
+        default=None,
+        choices=NORMS,
+        help="normalisation (default: none for MLP, batch for CNNs)",
+    )
+    model.add_argument("--activation", default="relu", choices=ACTIVATIONS, help="activation")
+    model.add_argument(
+        "--no-bias",
+        action="store_true",
+        help="no biases in Linear/Conv layers (the width paper's theory setting)",
+    )
+
+    recipe = parser.add_argument_group("training recipe")
+    recipe.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="epochs")
+    recipe.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="batch size")
+    recipe.add_argument(
+        "--optimizer",
+        default=DEFAULTS.optimizer,
+        choices=OPTIMIZERS,
+        help="sgd (momentum, coupled weight decay), adam, adamw (decoupled)",
+    )
+    recipe.add_argument("--lr", type=float, default=DEFAULTS.lr, help="peak learning rate")
+    recipe.add_argument(
+        "--momentum", type=float, default=DEFAULTS.momentum, help="SGD momentum (Adam beta1)"
+    )
+    recipe.add_argument(
+        "--weight-decay",
+        type=float,
+        default=DEFAULTS.weight_decay,
+        help="weight decay (the width paper: 3e-3 default, 1e-4 ablation)",
+    )
+    recipe.add_argument(
+        "--schedule", default=DEFAULTS.schedule, choices=SCHEDULES, help="learning-rate schedule"
+    )
+    recipe.add_argument(
+        "--warmup-epochs",
+        type=float,
+        default=DEFAULTS.warmup_epochs,
+        help="linear warm-up epochs (cosine/constant)",
+    )
+    recipe.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=DEFAULTS.label_smoothing,
+        help="label smoothing (0 = off)",
+    )
+    aug = recipe.add_mutually_exclusive_group()
+    aug.add_argument(
+        "--augment",
+        dest="augment",
+        action="store_true",
+        default=None,
+        help="random crop + flip (default: on for CIFAR only)",
+    )
+    aug.add_argument("--no-augment", dest="augment", action="store_false", help="no augmentation")
+
+    seeds = parser.add_argument_group("seeds and spawning")
+    seeds.add_argument("--seed", type=int, default=0, help="sets both seeds below")
+    seeds.add_argument("--init-seed", type=int, default=None, help="seed of the initial weights")
+    seeds.add_argument(
+        "--data-seed", type=int, default=None, help="seed of the data order and augmentation"
+    )
+    seeds.add_argument(
+        "--spawn-from",
+        default=None,
+        metavar="RUN",
+        help="spawn: start from this run's state after --spawn-epoch epochs "
+        "(re-created deterministically) and continue with --data-seed; "
+        "the recipe is the parent's",
+    )
+    seeds.add_argument(
+        "--spawn-epoch",
+        type=int,
+        default=None,
+        metavar="K",
+        help="epoch of the parent to spawn from",
+    )
+
+    add_runs_dir_option(parser)
+    add_data_options(parser)
+    add_device_option(parser)
+    add_output_options(parser)
+
+
+def config_from_args(args: argparse.Namespace) -> dict:
+    init_seed = args.seed if args.init_seed is None else args.init_seed
+    data_seed = args.seed if args.data_seed is None else args.data_seed
+    if args.spawn_from is not None:
+        if args.spawn_epoch is None:
+            raise LmcError("--spawn-from needs --spawn-epoch K")
+        return spawn_config(load_run(args.spawn_from), args.spawn_epoch, data_seed)
+    if args.spawn_epoch is not None:
+        raise LmcError("--spawn-epoch needs --spawn-from RUN")
+    options: dict = {"activation": args.activation, "bias": not args.no_bias}
+    if args.model == "mlp":
+        options["width"] = int(args.width) if args.width is not None else 512
+        if args.width is not None and args.width != int(args.width):
+            raise LmcError("an MLP's --width is a number of hidden units (an integer)")
+        options["depth"] = args.depth
+        options["norm"] = args.norm or "none"
+    else:
+        options["width"] = args.width if args.width is not None else 1.0
+        options["norm"] = args.norm or "batch"
+    recipe = dict(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        schedule=args.schedule,
+        warmup_epochs=args.warmup_epochs,
+        label_smoothing=args.label_smoothing,
+        augment=args.augment,
+        init_seed=init_seed,
+        data_seed=data_seed,
+    )
+    return make_config(args.dataset, args.model, options, data=args._data, **recipe)
+
+
+def run(args: argparse.Namespace) -> int:
+    device = device_from(args)
+    args._data = (
+        dataset_for_config({"dataset": args.dataset, "dataset_options": {}}, args, device)
+        if args.spawn_from is None
+        else None
+    )
+    config = config_from_args(args)
+    data = args._data or dataset_for_config(config, args, device)
+    store = RunStore(args.runs_dir)
+    run_result, reused = train_run(config, store=store, device=device, quiet=args.quiet, data=data)
+    metrics = run_result.metrics
+    if args.json:
+        emit_json(
+            {
+                "run_dir": str(run_result.path),
+                "reused": reused,
+                "config": config,
+                "final_test_accuracy": metrics["final_test_accuracy"],
+                "final_test_loss": metrics["final_test_loss"],
+                "final_train_accuracy": metrics.get("final_train_accuracy"),
+                "final_train_loss": metrics.get("final_train_loss"),
+                "parameters": metrics.get("parameters"),
+                "wall_seconds": metrics.get("wall_seconds"),
+            }
+        )
+        return 0
+    if reused:
+        print(f"reusing the finished run with this config (delete {run_result.path} to retrain)")
+    print(
+        f"test accuracy {metrics['final_test_accuracy']:.4f}, "
+        f"test loss {metrics['final_test_loss']:.4f}"
+    )
+    print(run_result.path)
+    return 0

@@ -1,0 +1,29 @@
+"""Loss and accuracy of a model on tensors."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1024
+) -> dict[str, float]:
+    """Mean cross-entropy (nats) and accuracy (fraction) of ``model`` in eval mode.
+
+    The model's train/eval mode is restored afterwards.
+    """
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=x.device)
+    correct = torch.zeros((), dtype=torch.int64, device=x.device)
+    for start in range(0, len(x), batch_size):
+        logits = model(x[start : start + batch_size])
+        target = y[start : start + batch_size]
+        loss_sum += F.cross_entropy(logits.float(), target, reduction="sum").double()
+        correct += (logits.argmax(1) == target).sum()
+    model.train(was_training)
+    n = max(1, len(x))
+    return {"loss": loss_sum.item() / n, "accuracy": correct.item() / n}

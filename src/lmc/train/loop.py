@@ -1,0 +1,140 @@
+"""The training loop: seeded, resumable, fast on CPU and GPU."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmc.config import LmcError, progress
+from lmc.data import Dataset, batches, random_crop_flip
+
+from .evaluate import evaluate
+from .schedule import learning_rate
+from .settings import TrainSettings
+
+EpochCallback = Callable[[int, nn.Module, torch.optim.Optimizer, list], None]
+
+_ORDER_SALT = 0x5EED
+_AUGMENT_SALT = 0xA06
+
+
+def epoch_generator(data_seed: int, epoch: int, salt: int) -> torch.Generator:
+    """The CPU generator for one epoch's data order (or augmentation): a function of the seeds
+    and the epoch only, so a resumed run draws exactly what an uninterrupted one would."""
+    return torch.Generator().manual_seed((data_seed * 1_000_003 + epoch * 7_919 + salt) % 2**63)
+
+
+def make_optimizer(model: nn.Module, settings: TrainSettings, device: torch.device):
+    """SGD (momentum, coupled weight decay), Adam (coupled) or AdamW (decoupled).
+
+    Uses the fused kernels where PyTorch has them for ``device``.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = device.type in ("cpu", "cuda")
+    kwargs: dict[str, Any] = {"lr": settings.lr, "weight_decay": settings.weight_decay}
+    if settings.optimizer == "sgd":
+        cls, kwargs["momentum"] = torch.optim.SGD, settings.momentum
+    else:
+        cls = torch.optim.Adam if settings.optimizer == "adam" else torch.optim.AdamW
+        kwargs["betas"] = (settings.momentum, 0.999)
+    try:
+        return cls(params, fused=fused, **kwargs)
+    except (RuntimeError, TypeError):
+        return cls(params, **kwargs)
+
+
+def fit(
+    model: nn.Module,
+    dataset: Dataset,
+    settings: TrainSettings,
+    *,
+    device: str | torch.device = "cpu",
+    quiet: bool = True,
+    start_epoch: int = 0,
+    stop_epoch: int | None = None,
+    optimizer_state: dict | None = None,
+    history: list[dict] | None = None,
+    on_epoch_end: EpochCallback | None = None,
+    evaluate_test: bool = True,
+) -> list[dict]:
+    """Train ``model`` in place on ``dataset`` with ``settings``; return the per-epoch history.
+
+    Epochs ``start_epoch`` .. ``stop_epoch - 1`` (0-based; ``stop_epoch`` defaults to
+    ``settings.epochs``) are run, so training can resume from a checkpoint
+    (``optimizer_state`` and ``history`` from it) and end bit-identical on CPU. Each history entry
+    holds ``epoch`` (1-based), the running ``train_loss``/``train_accuracy`` over the epoch's
+    batches, ``test_loss``/``test_accuracy``, ``lr`` at the epoch's end and ``seconds``.
+    Raises ``LmcError`` when the loss becomes NaN or infinite.
+    """
+    device = torch.device(device)
+    model.to(device)
+    data = dataset.to(device)
+    stop_epoch = settings.epochs if stop_epoch is None else stop_epoch
+    augment = data.augment if settings.augment is None else settings.augment
+    optimizer = make_optimizer(model, settings, device)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    history = list(history or [])
+    n = len(data.x_train)
+    batch_size = min(settings.batch_size, n)
+    steps_per_epoch = n // batch_size
+    epochs = progress(range(start_epoch, stop_epoch), quiet=quiet, desc="epochs", unit="epoch")
+    for epoch in epochs:
+        start = time.perf_counter()
+        model.train()
+        order = epoch_generator(settings.data_seed, epoch, _ORDER_SALT)
+        aug_gen = epoch_generator(settings.data_seed, epoch, _AUGMENT_SALT)
+        loss_sum = torch.zeros((), device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        seen = 0
+        step = epoch * steps_per_epoch
+        lr = settings.lr
+        for idx in batches(
+            n, batch_size, generator=order, shuffle=True, drop_last=True, device=device
+        ):
+            lr = learning_rate(settings, step, steps_per_epoch)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            x, y = data.x_train[idx], data.y_train[idx]
+            if augment:
+                x = random_crop_flip(x, aug_gen)
+            logits = model(x)
+            loss = F.cross_entropy(logits, y, label_smoothing=settings.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.detach() * len(y)
+            correct += (logits.detach().argmax(1) == y).sum()
+            seen += len(y)
+            step += 1
+        train_loss = loss_sum.item() / max(1, seen)
+        if not math.isfinite(train_loss):
+            raise LmcError(
+                f"the training loss became {train_loss} in epoch {epoch + 1}: "
+                "lower the learning rate (--lr) or the weight decay"
+            )
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            "train_accuracy": correct.item() / max(1, seen),
+            "lr": lr,
+        }
+        if evaluate_test:
+            test = evaluate(model, data.x_test, data.y_test)
+            record["test_loss"], record["test_accuracy"] = test["loss"], test["accuracy"]
+        record["seconds"] = time.perf_counter() - start
+        history.append(record)
+        if not quiet and hasattr(epochs, "set_postfix"):
+            epochs.set_postfix(
+                loss=f"{train_loss:.3f}", acc=f"{record.get('test_accuracy', 0):.3f}"
+            )
+        if on_epoch_end is not None:
+            on_epoch_end(epoch + 1, model, optimizer, history)
+    model.eval()
+    return history

@@ -1,0 +1,196 @@
+"""Store-backed training: configs, reuse of finished runs, resume, spawning."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from lmc.config import LmcError, environment_info
+from lmc.data import Dataset, load
+from lmc.models import build, count_parameters
+from lmc.store import Run, RunStore
+
+from .checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
+from .evaluate import evaluate
+from .loop import fit
+from .settings import TrainSettings
+
+CNN_MODELS = ("vgg11", "vgg16", "resnet20")
+
+
+def make_config(
+    dataset: str,
+    model: str,
+    model_options: dict[str, Any] | None = None,
+    dataset_options: dict[str, Any] | None = None,
+    *,
+    data: Dataset | None = None,
+    spawn: dict[str, Any] | None = None,
+    **train_settings: Any,
+) -> dict[str, Any]:
+    """The canonical config of a training run (what is hashed into its folder name).
+
+    The model's input size (``input_size`` for MLPs, ``in_channels`` for CNNs) and
+    ``num_classes`` are filled in from the dataset (``data``, or loaded to read its shapes).
+    ``spawn`` is ``{"parent": <parent config>, "epoch": K}`` for a spawned run.
+    """
+    options = dict(model_options or {})
+    if data is None and not _has_io_options(model, options):
+        data = load(dataset, **(dataset_options or {}))
+    if data is not None:
+        options.setdefault("num_classes", data.num_classes)
+        if model == "mlp":
+            options.setdefault("input_size", data.input_size)
+        else:
+            if len(data.input_shape) != 3:
+                raise LmcError(
+                    f"model {model!r} needs image data (C, H, W); {dataset!r} has "
+                    f"shape {tuple(data.input_shape)}"
+                )
+            options.setdefault("in_channels", data.input_shape[0])
+    build(model, **options)  # validates names and options early
+    settings = TrainSettings.from_dict(train_settings)
+    train = settings.to_dict()
+    if spawn is not None:
+        train["spawn"] = spawn
+    return {
+        "kind": "train",
+        "dataset": dataset,
+        "dataset_options": dict(dataset_options or {}),
+        "model": model,
+        "model_options": options,
+        "train": train,
+    }
+
+
+def _has_io_options(model: str, options: dict[str, Any]) -> bool:
+    key = "input_size" if model == "mlp" else "in_channels"
+    return key in options and "num_classes" in options
+
+
+def settings_of(config: dict[str, Any]) -> TrainSettings:
+    train = {k: v for k, v in config["train"].items() if k != "spawn"}
+    return TrainSettings.from_dict(train)
+
+
+def spawn_config(parent: Run | dict[str, Any], epoch: int, data_seed: int) -> dict[str, Any]:
+    """The config of a run that copies ``parent``'s state after ``epoch`` epochs and continues
+    with ``data_seed`` (Frankle et al.'s spawning). Everything else is the parent's recipe."""
+    parent_config = parent.config if isinstance(parent, Run) else parent
+    if parent_config.get("kind") != "train" or "spawn" in parent_config["train"]:
+        raise LmcError("spawn from a plain training run (not an aligned or spawned one)")
+    total = parent_config["train"]["epochs"]
+    if not 0 <= epoch <= total:
+        raise LmcError(f"--spawn-epoch must be between 0 and the parent's {total} epochs")
+    train = {k: v for k, v in parent_config["train"].items()}
+    train["data_seed"] = data_seed
+    return make_config(
+        parent_config["dataset"],
+        parent_config["model"],
+        parent_config["model_options"],
+        parent_config["dataset_options"],
+        spawn={"parent": parent_config, "epoch": epoch},
+        **train,
+    )
+
+
+def train_run(
+    config: dict[str, Any],
+    *,
+    store: RunStore,
+    device: str | torch.device = "cpu",
+    quiet: bool = True,
+    data_dir: str | None = None,
+    download: bool = False,
+    data: Dataset | None = None,
+) -> tuple[Run, bool]:
+    """Train the run ``config`` into ``store``; return ``(run, reused)``.
+
+    A finished run is reused as it is. An interrupted one resumes from its last per-epoch
+    checkpoint, ending bit-identical (on CPU) to an uninterrupted run.
+    """
+    found = store.find(config)
+    if found is not None:
+        return found, True
+    device = torch.device(device)
+    if data is None:
+        data = load(
+            config["dataset"],
+            data_dir=data_dir,
+            device=device,
+            download=download,
+            **config.get("dataset_options", {}),
+        )
+    settings = settings_of(config)
+    run_dir = store.path_for(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from lmc.store import write_json
+
+    write_json(run_dir / "config.json", config)
+
+    model = build(config["model"], seed=settings.init_seed, **config["model_options"])
+    checkpoint = load_checkpoint(run_dir)
+    start_epoch, optimizer_state, history = 0, None, []
+    spawn = config["train"].get("spawn")
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model_state"])
+        start_epoch = checkpoint["epoch"]
+        optimizer_state = checkpoint["optimizer_state"]
+        history = checkpoint["history"]
+    elif spawn is not None:
+        start_epoch, optimizer_state, history = _trunk(spawn, model, data, device, quiet)
+
+    def on_epoch_end(epoch, model, optimizer, history):
+        save_checkpoint(run_dir, epoch, model, optimizer, history)
+
+    started = time.perf_counter()
+    history = fit(
+        model,
+        data,
+        settings,
+        device=device,
+        quiet=quiet,
+        start_epoch=start_epoch,
+        optimizer_state=optimizer_state,
+        history=history,
+        on_epoch_end=on_epoch_end,
+    )
+    train_eval = evaluate(model, data.x_train, data.y_train)
+    test_eval = evaluate(model, data.x_test, data.y_test)
+    metrics = {
+        "history": history,
+        "final_train_loss": train_eval["loss"],
+        "final_train_accuracy": train_eval["accuracy"],
+        "final_test_loss": test_eval["loss"],
+        "final_test_accuracy": test_eval["accuracy"],
+        "parameters": count_parameters(model),
+        "resumed_from_epoch": start_epoch if checkpoint is not None else None,
+        "wall_seconds": time.perf_counter() - started,
+        "environment": environment_info(device),
+    }
+    run = store.save(config, model.state_dict(), metrics)
+    remove_checkpoint(run_dir)
+    return run, False
+
+
+def _trunk(spawn: dict, model, data: Dataset, device, quiet: bool):
+    """Re-create the parent's state after ``spawn['epoch']`` epochs (deterministic), in memory."""
+    parent = spawn["parent"]
+    parent_settings = settings_of(parent)
+    captured: dict[str, Any] = {}
+
+    def keep(epoch, model, optimizer, history):
+        captured["optimizer_state"] = optimizer.state_dict()
+
+    history = fit(
+        model,
+        data,
+        parent_settings,
+        device=device,
+        quiet=quiet,
+        stop_epoch=spawn["epoch"],
+        on_epoch_end=keep,
+    )
+    return spawn["epoch"], captured.get("optimizer_state"), history
