@@ -84,7 +84,7 @@ def parse_float_list(text: str, what: str) -> list[float]:
 
 
 def dataset_for_config(config: dict[str, Any], args: argparse.Namespace, device: torch.device):
-    """Load the dataset a run was trained on (``config['dataset']``, ``config['dataset_options']``)."""
+    """Load the dataset a run was trained on (its ``dataset`` and ``dataset_options``)."""
     from lmc.data import load
 
     return load(
