@@ -1,0 +1,27 @@
+"""Datasets as in-memory tensors on a device, batching by index, augmentation as tensor ops.
+
+>>> from lmc.data import load, batches
+>>> ds = load("digits")                       # bundled with scikit-learn: works offline
+>>> ds.x_train.shape, ds.num_classes
+(torch.Size([1347, 1, 8, 8]), 10)
+
+Datasets: ``digits``, ``mnist``, ``fashion-mnist``, ``cifar10``, ``cifar100``, ``synthetic``.
+Where files are looked for: :mod:`lmc.data.paths`. Formats: :mod:`lmc.data.idx` (MNIST and
+Fashion-MNIST) and :mod:`lmc.data.cifar` (binary CIFAR). Nothing is ever unpickled.
+"""
+
+from .batching import batches, num_batches, random_crop_flip
+from .dataset import Dataset
+from .loaders import DATASETS, load
+from .paths import cache_dir, default_data_dirs
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "batches",
+    "cache_dir",
+    "default_data_dirs",
+    "load",
+    "num_batches",
+    "random_crop_flip",
+]

@@ -1,0 +1,134 @@
+"""Fetching the official dataset files, checked against their published MD5 sums.
+
+Every file is streamed into a temporary file next to its destination, its MD5 computed on the
+way, and moved into place with ``os.replace`` only when the checksum matches; on any failure
+the temporary file is removed, so no half-written or unverified file is ever left behind.
+Files come into ``<cache>/<dataset>/`` (see :func:`lmc.data.paths.cache_dir`). CIFAR archives
+are then unpacked there safely and the archive is deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmc.config import LmcError
+
+from .cifar import LAYOUTS, extract_archive
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a dataset's official files live: ``base_url + file name``, with their MD5 sums."""
+
+    base_url: str
+    files: dict[str, str]  # file name -> MD5 hex digest
+
+
+# The published checksums (as listed by the dataset authors and torchvision).
+RESOURCES: dict[str, Resource] = {
+    "mnist": Resource(
+        "https://ossci-datasets.s3.amazonaws.com/mnist/",
+        {
+            "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+            "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+            "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+            "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+        },
+    ),
+    "fashion-mnist": Resource(
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        {
+            "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+            "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+            "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+            "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+        },
+    ),
+    "cifar10": Resource(
+        "https://www.cs.toronto.edu/~kriz/",
+        {"cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530"},
+    ),
+    "cifar100": Resource(
+        "https://www.cs.toronto.edu/~kriz/",
+        {"cifar-100-binary.tar.gz": "03b5dce01913d631647c71ecec9e9cb8"},
+    ),
+}
+
+TIMEOUT_S = 60.0
+_CHUNK = 1 << 20
+
+
+def md5_file(path: str | os.PathLike) -> str:
+    """Hex MD5 digest of a file, read in chunks."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch(url: str, dest: str | os.PathLike, md5: str) -> Path:
+    """Download ``url`` to ``dest`` atomically, refusing it unless its MD5 is ``md5``.
+
+    Any ``urllib`` URL works (``https://``, ``http://``, ``file://``). Raises :class:`LmcError`
+    on a network failure or checksum mismatch; ``dest`` is then left as it was.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.md5(usedforsecurity=False)
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+                    for chunk in iter(lambda: response.read(_CHUNK), b""):
+                        digest.update(chunk)
+                        out.write(chunk)
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                raise LmcError(
+                    f"could not download {url} ({reason}); check the connection, or put the "
+                    f"file in {dest.parent} by hand"
+                ) from exc
+            out.flush()
+            os.fsync(out.fileno())
+        got = digest.hexdigest()
+        if got != md5.lower():
+            raise LmcError(
+                f"{url} downloaded with MD5 {got}, expected {md5}; the file was discarded, "
+                "retry later or fetch it by hand"
+            )
+        os.replace(tmp, dest)
+        return dest
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def download(name: str, root: str | os.PathLike) -> Path:
+    """Fetch dataset ``name``'s official files into ``root/<name>`` and return that folder.
+
+    Files already there with the right checksum are kept. For CIFAR, the archive is then
+    unpacked into the same folder (giving e.g. ``cifar10/cifar-10-batches-bin/``) and deleted.
+    """
+    if name not in RESOURCES:
+        raise LmcError(f"dataset {name!r} cannot be downloaded; it needs no files")
+    resource = RESOURCES[name]
+    folder = Path(root) / name
+    for file_name, md5 in resource.files.items():
+        dest = folder / file_name
+        if dest.is_file() and md5_file(dest) == md5.lower():
+            continue
+        fetch(resource.base_url + file_name, dest, md5)
+    if name in LAYOUTS:
+        archive = folder / LAYOUTS[name].archive
+        extract_archive(archive, folder)
+        archive.unlink()
+    return folder

@@ -1,0 +1,252 @@
+"""``load(name)``: find, read, normalise and place a dataset on a device."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmc.config import LmcError, resolve_device
+
+from . import paths
+from .cifar import LAYOUTS, has_files, read_cifar
+from .dataset import Dataset, build_dataset
+from .download import download as download_files
+from .idx import read_idx
+from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
+from .synthetic import make_synthetic
+
+DATASETS = ("digits", "mnist", "fashion-mnist", "cifar10", "cifar100", "synthetic")
+
+_ALIASES = {
+    "fashionmnist": "fashion-mnist",
+    "fmnist": "fashion-mnist",
+    "cifar-10": "cifar10",
+    "cifar-100": "cifar100",
+}
+
+# digits: fraction of each class held out for testing, and the fixed seed of that split.
+DIGITS_TEST_FRACTION = 0.25
+DIGITS_SPLIT_SEED = 0
+
+# IDX file stems of MNIST and Fashion-MNIST (each may also end in .gz).
+IDX_FILES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
+
+
+def canonical_name(name: str) -> str:
+    """The dataset's name as listed in ``DATASETS`` (case, ``_`` and a few aliases forgiven)."""
+    key = str(name).strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, _ALIASES.get(key.replace("-", ""), key))
+    if key not in DATASETS:
+        raise LmcError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
+    return key
+
+
+def load(
+    name: str,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
+    download: bool = False,
+    **options: Any,
+) -> Dataset:
+    """Load dataset ``name`` as normalised tensors on ``device``.
+
+    ``name`` is one of ``DATASETS``. Files of mnist, fashion-mnist, cifar10 and cifar100 are
+    looked for as described in :mod:`lmc.data.paths` (``data_dir``, ``$LMC_DATA``, the user
+    cache, then system folders); with ``download=True`` a dataset not found is fetched into
+    the cache and checked against its published MD5 sums. ``digits`` is bundled with
+    scikit-learn; ``synthetic`` is generated, with the options ``input_shape`` (default
+    ``(32,)``), ``num_classes`` (10), ``train_size`` (4096), ``test_size`` (1024), ``seed`` (0),
+    ``separation`` (4.0) and ``clusters_per_class`` (1), documented in
+    :mod:`lmc.data.synthetic`. Other datasets take no options.
+
+    The result is deterministic: the same call gives the same bits. See :class:`Dataset` for
+    shapes, dtypes and the normalisation convention.
+    """
+    key = canonical_name(name)
+    dev = resolve_device(device)
+    if key == "synthetic":
+        unknown = sorted(set(options) - set(SYNTHETIC_DEFAULTS))
+        if unknown:
+            raise LmcError(
+                f"unknown option(s) {', '.join(unknown)} for synthetic; "
+                f"use: {', '.join(SYNTHETIC_DEFAULTS)}"
+            )
+        x_tr, y_tr, x_te, y_te = make_synthetic(**options)
+        num_classes = int(options.get("num_classes", SYNTHETIC_DEFAULTS["num_classes"]))
+        return build_dataset(
+            key, x_tr, y_tr, x_te, y_te, num_classes=num_classes, augment=False, device=dev
+        )
+    if options:
+        raise LmcError(
+            f"dataset {key!r} takes no options (got {', '.join(sorted(options))}); "
+            "only 'synthetic' has options"
+        )
+    if key == "digits":
+        return _load_digits(dev)
+    if key in ("mnist", "fashion-mnist"):
+        return _load_idx(key, data_dir, download, dev)
+    return _load_cifar(key, data_dir, download, dev)
+
+
+# ---------------------------------------------------------------------------------------------
+# digits
+
+
+def stratified_split(
+    y: np.ndarray, test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ``(train_idx, test_idx)``: from each class (ascending), a seeded random
+    ``round(test_fraction * count)`` of its examples go to test (numpy ``default_rng(seed)``)."""
+    rng = np.random.default_rng(seed)
+    test = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        k = int(np.floor(test_fraction * len(idx) + 0.5))
+        test.append(rng.permutation(idx)[:k])
+    test_idx = np.sort(np.concatenate(test))
+    mask = np.ones(len(y), dtype=bool)
+    mask[test_idx] = False
+    return np.flatnonzero(mask), test_idx
+
+
+def _load_digits(device: torch.device) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = np.asarray(bunch.images)
+    raw = np.rint(images).astype(np.uint8)[:, None, :, :]  # values 0..16, (1797, 1, 8, 8)
+    y = np.asarray(bunch.target, dtype=np.int64)
+    train_idx, test_idx = stratified_split(y, DIGITS_TEST_FRACTION, DIGITS_SPLIT_SEED)
+    return build_dataset(
+        "digits",
+        raw[train_idx],
+        y[train_idx],
+        raw[test_idx],
+        y[test_idx],
+        num_classes=10,
+        augment=False,
+        scale=16.0,
+        device=device,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# finding files
+
+
+def _not_found(name: str, searched: list[Path], notes: list[str], files: str) -> LmcError:
+    where = ", ".join(str(p) for p in searched)
+    extra = f" ({'; '.join(notes)})" if notes else ""
+    apt = "run `apt-get install dataset-fashion-mnist`, " if name == "fashion-mnist" else ""
+    return LmcError(
+        f"dataset {name!r} not found; looked in: {where}{extra}. Get it with --download "
+        f"(download=True), which saves it in {paths.cache_dir() / name}, {apt}or put {files} "
+        f"in <dir>/{name}/ and pass --data-dir <dir> or set LMC_DATA=<dir>"
+    )
+
+
+def _idx_files_in(folder: Path) -> tuple[dict[str, Path] | None, list[str]]:
+    """The four IDX files in ``folder`` (raw or .gz), or None and the names that are missing."""
+    found, missing = {}, []
+    for key, stem in IDX_FILES.items():
+        for candidate in (folder / stem, folder / f"{stem}.gz"):
+            if candidate.is_file():
+                found[key] = candidate
+                break
+        else:
+            missing.append(stem)
+    return (found if not missing else None), missing
+
+
+def _find_idx(name: str, data_dir: str | os.PathLike | None) -> tuple[dict | None, list, list]:
+    searched = paths.candidate_dirs(name, data_dir)
+    notes = []
+    for folder in searched:
+        files, missing = _idx_files_in(folder)
+        if files is not None:
+            return files, searched, notes
+        if len(missing) < len(IDX_FILES):
+            notes.append(f"{folder} lacks {', '.join(missing)}")
+    return None, searched, notes
+
+
+def _load_idx(
+    name: str, data_dir: str | os.PathLike | None, download: bool, device: torch.device
+) -> Dataset:
+    files, searched, notes = _find_idx(name, data_dir)
+    if files is None and download:
+        folder = download_files(name, paths.cache_dir())
+        files, _ = _idx_files_in(folder)
+    if files is None:
+        raise _not_found(name, searched, notes, "the four *-ubyte(.gz) IDX files")
+    arrays = {key: read_idx(path) for key, path in files.items()}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        xf, yf = files[f"x_{split}"], files[f"y_{split}"]
+        if x.dtype != np.uint8 or x.ndim != 3:
+            raise LmcError(f"{xf} should hold uint8 images (N, H, W), has {x.dtype} {x.shape}")
+        if y.dtype != np.uint8 or y.ndim != 1 or len(y) != len(x):
+            raise LmcError(
+                f"{yf} should hold {len(x)} uint8 labels for {xf}, has {y.dtype} {y.shape}"
+            )
+        if len(y) and int(y.max()) >= 10:
+            raise LmcError(f"{yf} has label {int(y.max())}; expected 0..9, is it the right file?")
+    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
+        raise LmcError(f"{files['x_train']} and {files['x_test']} hold images of different sizes")
+    return build_dataset(
+        name,
+        arrays["x_train"][:, None],
+        arrays["y_train"],
+        arrays["x_test"][:, None],
+        arrays["y_test"],
+        num_classes=10,
+        augment=False,
+        scale=255.0,
+        device=device,
+    )
+
+
+def _find_cifar(name: str, data_dir: str | os.PathLike | None) -> tuple[Path | None, list]:
+    layout = LAYOUTS[name]
+    searched = paths.candidate_dirs(name, data_dir)
+    for folder in searched:
+        if has_files(folder, layout):
+            return folder, searched
+        if (folder / layout.archive).is_file():
+            return folder / layout.archive, searched
+    return None, searched
+
+
+def _load_cifar(
+    name: str, data_dir: str | os.PathLike | None, download: bool, device: torch.device
+) -> Dataset:
+    layout = LAYOUTS[name]
+    location, searched = _find_cifar(name, data_dir)
+    if location is None and download:
+        folder = download_files(name, paths.cache_dir())
+        location = folder / layout.folder
+    if location is None:
+        files = f"{layout.archive} (or the {layout.folder} folder it unpacks to)"
+        raise _not_found(name, searched, [], files)
+    x_tr, y_tr, x_te, y_te = read_cifar(location, layout)
+    return build_dataset(
+        name,
+        x_tr,
+        y_tr,
+        x_te,
+        y_te,
+        num_classes=layout.num_classes,
+        augment=True,
+        scale=255.0,
+        device=device,
+    )
