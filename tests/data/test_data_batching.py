@@ -53,12 +53,13 @@ def test_batches_drop_last():
 
 
 def test_batches_bad_arguments():
+    # Raised at the call, not at the first batch.
     with pytest.raises(LmcError, match="generator"):
-        next(batches(10, 3, shuffle=True))
+        batches(10, 3, shuffle=True)
     with pytest.raises(LmcError, match="batch size"):
-        next(batches(10, 0))
+        batches(10, 0)
     with pytest.raises(LmcError):
-        next(batches(-1, 3))
+        batches(-1, 3)
 
 
 # --------------------------------------------------------------------------- augmentation
@@ -75,6 +76,7 @@ def test_crop_flip_shape_dtype_and_input_untouched():
     out = random_crop_flip(x, _gen(0))
     assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device
     assert torch.equal(x, before)
+    assert random_crop_flip(x[:0], _gen(0)).shape == (0, *x.shape[1:])
     out64 = random_crop_flip(x.double(), _gen(0))
     assert out64.dtype == torch.float64 and torch.equal(out64.float(), out)
 

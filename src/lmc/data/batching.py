@@ -55,8 +55,8 @@ def batches(
     else:
         order = torch.arange(n, dtype=torch.int64, device=dev)
     stop = n - n % batch_size if drop_last else n
-    for start in range(0, stop, batch_size):
-        yield order[start : start + batch_size]
+    # Arguments are checked above, at the call; the batches themselves come lazily.
+    return (order[start : start + batch_size] for start in range(0, stop, batch_size))
 
 
 def num_batches(n: int, batch_size: int, *, drop_last: bool = False) -> int:
@@ -96,7 +96,8 @@ def random_crop_flip(
     rows = dy[:, None] + torch.arange(h, device=dev)  # (B, H)
     cols = torch.arange(w, device=dev).expand(b, w)
     cols = torch.where(flips[:, None], (w - 1) - cols, cols) + dx[:, None]  # (B, W)
-    batch = torch.arange(b, device=dev)[:, None, None, None]
-    channel = torch.arange(c, device=dev)[None, :, None, None]
-    # One gather; the four index tensors broadcast to (B, C, H, W).
-    return padded[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]
+    # One gather over the flattened padded planes (several times faster than advanced indexing).
+    wp = w + 2 * padding
+    flat_index = (rows[:, :, None] * wp + cols[:, None, :]).reshape(b, 1, h * w)
+    planes = padded.reshape(b, c, (h + 2 * padding) * wp)
+    return planes.gather(2, flat_index.expand(b, c, h * w)).reshape(b, c, h, w)

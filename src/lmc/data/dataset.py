@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lmc.config import LmcError
+from lmc.config import LmcError, resolve_device
 
 SPLITS = ("train", "test")
 
@@ -49,8 +49,9 @@ class Dataset:
         raise LmcError(f"unknown split {name!r}: use 'train' or 'test'")
 
     def to(self, device: str | torch.device) -> Dataset:
-        """Return a copy whose four tensors live on ``device`` (self is left unchanged)."""
-        dev = torch.device(device)
+        """Return a copy whose four tensors live on ``device`` (``"auto"`` allowed); self is
+        left unchanged. Moving to the device the tensors are already on copies nothing."""
+        dev = resolve_device(device)
         return dataclasses.replace(
             self,
             x_train=self.x_train.to(dev),
