@@ -1,0 +1,44 @@
+"""Layerwise analysis of a merge: LEWC, LLFC, weak additivity, reciprocal orthogonality,
+commutativity, second moments and spectra, streamed through forward hooks.
+
+Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: SCIENCE.md,
+"Layerwise connectivity"; record keys: ``RECORD_KEYS``.
+
+- ``layerwise(model_a, model_b, inputs, lam=0.5, ...) -> list[dict]``: one record per probe
+  point per λ.
+- ``analyze(...) -> AnalysisResult``: the records plus per-unit second moments and spectra.
+- ``gaussian_relu_cosine(dim, samples, seed)`` and ``GAUSSIAN_RELU_LIMIT``: Theorem 5.4.
+"""
+
+from .pipeline import (
+    RECORD_KEYS,
+    AnalysisResult,
+    analyze,
+    apply_weight,
+    has_bias,
+    layerwise,
+    lerp_state,
+)
+from .probes import derive_probe_points, resolve_probe_points
+from .spectra import effective_rank, singular_values, stable_rank
+from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
+from .units import large_unit_overlap, near_zero_fraction
+
+__all__ = [
+    "GAUSSIAN_RELU_LIMIT",
+    "RECORD_KEYS",
+    "AnalysisResult",
+    "analyze",
+    "apply_weight",
+    "derive_probe_points",
+    "effective_rank",
+    "gaussian_relu_cosine",
+    "has_bias",
+    "large_unit_overlap",
+    "layerwise",
+    "lerp_state",
+    "near_zero_fraction",
+    "resolve_probe_points",
+    "singular_values",
+    "stable_rank",
+]

@@ -1,0 +1,552 @@
+"""The layerwise analysis: why a merge works or fails, layer by layer.
+
+``analyze(model_a, model_b, inputs, lam)`` runs A, B and every merged model θ(λ) =
+(1 − λ)θ_A + λθ_B on the same batches, with forward hooks at each probe point, and streams the
+statistics of SCIENCE.md's "Layerwise connectivity" section into float64 accumulators
+(``lmc.analysis.accumulators``). Only the current batch's activations are ever held, so memory
+depends on the batch size and the width, not on the number of examples. ``layerwise`` returns
+just the records; ``analyze`` also returns the per-unit second moments and the weight spectra.
+
+Views of a layer's tensors (see the accumulators' docstring):
+- LEWC, LLFC, endpoint cosines and logit norms: one vector per example (a conv feature map is
+  flattened over (C, H, W)), as the width paper and LLFC compare whole feature maps.
+- Weak additivity, sign agreement, second moments and the reciprocal terms: one vector per
+  example and spatial position, channels as units (for an MLP, simply per example).
+- W-based statistics (reciprocal, commutativity, spectra) need the probe point's ``weight``
+  module: they are ``None`` where it has none (ResNet block outputs). The products W z are
+  bias-free (the weight alone, applied with the module's own stride/padding).
+- Weak additivity needs a ``preactivation`` module; it is measured with that module's own σ
+  (``activation`` in the record says which). Second moments are of the pre-activation, or of
+  the output where there is none (the logits).
+
+The merge is a plain interpolation of the whole state (BatchNorm running statistics are
+interpolated, not reset); ``merge_fn`` replaces it (e.g. with a BatchNorm reset).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmc.config import LmcError, progress
+from lmc.models import ProbePoint
+
+from .accumulators import (
+    CommutativityStats,
+    EndpointStats,
+    LewcStats,
+    LlfcStats,
+    LogitNormStats,
+    ReciprocalCosineStats,
+    ReciprocalStats,
+    SecondMomentStats,
+    WeakAdditivityStats,
+    example_rows,
+    to_stat,
+    unit_rows,
+)
+from .probes import Capture, Recorder, activation_name, eval_mode, resolve_probe_points
+from .spectra import effective_rank, singular_values, stable_rank
+from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
+from .units import LARGE_ENERGY, NEAR_ZERO, unit_summary
+
+StateDict = dict[str, torch.Tensor]
+
+RECORD_KEYS = (
+    "layer",
+    "name",
+    "kind",
+    "lam",
+    "units",
+    "activation",
+    "has_bias",
+    "lewc_cosine",
+    "lewc_relative_error",
+    "lewc_coef_a",
+    "lewc_coef_b",
+    "lewc_expected_a",
+    "lewc_expected_b",
+    "llfc_cosine",
+    "llfc_scale",
+    "endpoint_cosine",
+    "weak_additivity_cosine",
+    "sign_agreement",
+    "reciprocal_ratio",
+    "reciprocal_ratio_ba",
+    "reciprocal_cosine",
+    "commutativity_distance",
+    "commutativity_relative",
+    "commutativity_vs_features",
+    "weight_distance",
+    "input_distance",
+    "near_zero_fraction_a",
+    "near_zero_fraction_b",
+    "large_unit_fraction_a",
+    "large_unit_fraction_b",
+    "large_unit_overlap",
+    "stable_rank_a",
+    "stable_rank_b",
+    "effective_rank_a",
+    "effective_rank_b",
+    "logit_norm",
+    "logit_norm_a",
+    "logit_norm_b",
+    "logit_norm_lewc",
+    "n_examples",
+)
+
+
+def lerp_state(state_a: StateDict, state_b: StateDict, lam: float) -> StateDict:
+    """θ(λ) = (1 − λ)θ_A + λθ_B for floating tensors; other tensors (counters) from A."""
+    if state_a.keys() != state_b.keys():
+        only = sorted(state_a.keys() ^ state_b.keys())[0]
+        raise LmcError(f"models A and B have different parameters ({only!r}): same architecture?")
+    merged = {}
+    for key, a in state_a.items():
+        b = state_b[key]
+        if a.shape != b.shape:
+            raise LmcError(
+                f"models A and B differ at {key!r} ({tuple(a.shape)} vs {tuple(b.shape)}): "
+                "the analysis needs two models of one architecture"
+            )
+        merged[key] = (1.0 - lam) * a + lam * b.to(a) if a.is_floating_point() else a.clone()
+    return merged
+
+
+def has_bias(model: nn.Module) -> bool:
+    """Whether the network adds a constant anywhere: a Linear/Conv bias, a norm layer's affine
+    shift or BatchNorm's running mean. LEWC is exact only without (and without norm layers)."""
+    return any(
+        isinstance(getattr(m, attr, None), torch.Tensor)
+        for m in model.modules()
+        for attr in ("bias", "running_mean")
+    )
+
+
+def has_norm(model: nn.Module) -> bool:
+    norms = (
+        nn.modules.batchnorm._BatchNorm,
+        nn.LayerNorm,
+        nn.GroupNorm,
+        nn.InstanceNorm1d,
+        nn.InstanceNorm2d,
+        nn.InstanceNorm3d,
+    )
+    return any(isinstance(m, norms) for m in model.modules())
+
+
+def apply_weight(module: nn.Module, weight: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """W z without bias, with ``module``'s geometry (Linear, or Conv stride/padding/groups)."""
+    if isinstance(module, nn.Linear):
+        return F.linear(z, weight)
+    return module._conv_forward(z, weight, None)
+
+
+def unfolded_sq_norm(module: nn.Module, d: torch.Tensor) -> torch.Tensor:
+    """‖H‖_F² of the matrix the weight multiplies: d itself for a Linear, the unfolded (im2col)
+    patches of d for a Conv, computed as a convolution of d² with an all-ones kernel."""
+    if isinstance(module, nn.Linear):
+        return to_stat(d).pow(2).sum()
+    if module.padding_mode != "zeros":
+        d = F.pad(d, module._reversed_padding_repeated_twice, mode=module.padding_mode)
+        padding: Any = 0
+    else:
+        padding = module.padding
+    spatial = d.dim() - 2
+    conv = (F.conv1d, F.conv2d, F.conv3d)[spatial - 1]
+    ones = torch.ones((1, d.shape[1], *module.kernel_size), dtype=d.dtype, device=d.device)
+    return to_stat(conv(d * d, ones, None, module.stride, padding, module.dilation)).sum()
+
+
+def activation_function(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """σ of an activation module as a plain function: it bypasses the module's hooks (so our
+    recorders do not see these extra calls) and never works in place."""
+    if getattr(module, "inplace", False):
+        module = copy.copy(module)
+        module.inplace = False
+    return module.forward
+
+
+@dataclass
+class _MergedStats:
+    lewc: LewcStats
+    llfc: LlfcStats
+    reciprocal_cosine: ReciprocalCosineStats | None
+    logit_norms: LogitNormStats | None
+
+
+class _ProbeStats:
+    """All accumulators of one probe point."""
+
+    def __init__(
+        self, point: ProbePoint, modules_a: dict, modules_b: dict, lams: Sequence[float]
+    ) -> None:
+        self.point = point
+        self.weight_module = modules_a[point.weight] if point.weight else None
+        self.weight_a = self.weight_module.weight if self.weight_module is not None else None
+        self.weight_b = modules_b[point.weight].weight if point.weight else None
+        act = modules_a[point.preactivation] if point.preactivation else None
+        self.activation = activation_name(act)
+        self.endpoint = EndpointStats()
+        self.weak = WeakAdditivityStats(activation_function(act)) if act is not None else None
+        self.moments_a = SecondMomentStats()
+        self.moments_b = SecondMomentStats()
+        has_w = self.weight_module is not None
+        self.reciprocal = ReciprocalStats() if has_w else None
+        self.commutativity = None
+        if has_w:
+            distance = float(torch.linalg.vector_norm(to_stat(self.weight_a - self.weight_b)))
+            self.commutativity = CommutativityStats(distance)
+        self.merged = {
+            lam: _MergedStats(
+                LewcStats(lam, point.layer),
+                LlfcStats(lam),
+                ReciprocalCosineStats() if has_w else None,
+                LogitNormStats(lam, point.layer) if point.kind == "logits" else None,
+            )
+            for lam in lams
+        }
+
+    def update_endpoints(self, cap_a: Capture, cap_b: Capture) -> dict[str, torch.Tensor]:
+        """λ-free statistics of one batch; returns what the merged models' updates reuse."""
+        batch = {"f_a": example_rows(cap_a.output), "f_b": example_rows(cap_b.output)}
+        self.endpoint.update(batch["f_a"], batch["f_b"])
+        if self.weak is not None:
+            self.weak.update(cap_a.pre, cap_b.pre)
+        source_a = cap_a.pre if cap_a.pre is not None else cap_a.output
+        source_b = cap_b.pre if cap_b.pre is not None else cap_b.output
+        self.moments_a.update(unit_rows(source_a))
+        self.moments_b.update(unit_rows(source_b))
+        if self.weight_module is not None:
+            za, zb = cap_a.inputs, cap_b.inputs
+            products = {
+                "aa": apply_weight(self.weight_module, self.weight_a, za),
+                "ab": apply_weight(self.weight_module, self.weight_a, zb),
+                "ba": apply_weight(self.weight_module, self.weight_b, za),
+                "bb": apply_weight(self.weight_module, self.weight_b, zb),
+            }
+            rows = {k: unit_rows(v) for k, v in products.items()}
+            self.reciprocal.update(rows["aa"], rows["ab"], rows["ba"], rows["bb"])
+            self.commutativity.update(
+                rows["aa"],
+                rows["ab"],
+                rows["ba"],
+                rows["bb"],
+                unfolded_sq_norm(self.weight_module, za - zb),
+                za.shape[0],
+            )
+            batch["aa"] = rows["aa"]
+        return batch
+
+    def update_merged(self, lam: float, batch: dict[str, torch.Tensor], cap_c: Capture) -> None:
+        stats = self.merged[lam]
+        f_a, f_b, f_c = batch["f_a"], batch["f_b"], example_rows(cap_c.output)
+        stats.lewc.update(f_a, f_b, f_c)
+        stats.llfc.update(f_a, f_b, f_c)
+        if stats.reciprocal_cosine is not None:
+            ac = unit_rows(apply_weight(self.weight_module, self.weight_a, cap_c.inputs))
+            stats.reciprocal_cosine.update(ac, batch["aa"])
+        if stats.logit_norms is not None:
+            stats.logit_norms.update(f_a, f_b, f_c)
+
+
+@dataclass
+class AnalysisResult:
+    """What ``analyze`` found.
+
+    ``records``: one dict per λ and probe point (keys ``RECORD_KEYS``; ``None`` where a
+    statistic does not apply, NaN where it is undefined, e.g. 0/0). ``moments[name]["a"|"b"]``:
+    per-unit √E[z~_i²] (numpy, one value per unit). ``spectra[name]["a"|"b"]``: singular values
+    of the layer's weight, descending (only for points with a weight, when computed).
+    ``settings``: how it was computed (λs, examples, thresholds, probe points, conventions).
+    """
+
+    records: list[dict[str, Any]]
+    moments: dict[str, dict[str, np.ndarray]]
+    spectra: dict[str, dict[str, np.ndarray]]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def theory(self, samples: int = 1000, seed: int = 0) -> dict[str, Any]:
+        """Theorem 5.4's limit and its Monte-Carlo value at each ReLU layer's unit count."""
+        dims = sorted({r["units"] for r in self.records if r["activation"] == "relu"})
+        return {
+            "gaussian_relu_limit": GAUSSIAN_RELU_LIMIT,
+            "gaussian_relu_cosine": {
+                str(d): gaussian_relu_cosine(d, samples=samples, seed=seed) for d in dims
+            },
+            "gaussian_relu_samples": samples,
+            "gaussian_relu_seed": seed,
+        }
+
+    def to_dict(self, theory_samples: int = 1000) -> dict[str, Any]:
+        """``{"layers": records, "settings": ..., "theory": ...}`` (the ``--json`` object)."""
+        return {
+            "layers": self.records,
+            "settings": self.settings,
+            "theory": self.theory(samples=theory_samples),
+        }
+
+
+def _batches(
+    inputs: torch.Tensor | Iterable, batch_size: int, max_examples: int | None
+) -> Iterator[torch.Tensor]:
+    """Input tensors batch by batch, at most ``max_examples`` in all."""
+    limit = math.inf if max_examples is None else max_examples
+    if isinstance(inputs, torch.Tensor):
+        stop = int(min(inputs.shape[0], limit))
+        for start in range(0, stop, batch_size):
+            yield inputs[start : min(start + batch_size, stop)]
+        return
+    seen = 0
+    for batch in inputs:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        if not isinstance(x, torch.Tensor):
+            raise LmcError(f"inputs must be a tensor or batches of tensors, got {type(x).__name__}")
+        x = x[: int(min(x.shape[0], limit - seen))]
+        if x.shape[0]:
+            yield x
+        seen += x.shape[0]
+        if seen >= limit:
+            return
+
+
+def _batch_count(inputs: Any, batch_size: int, max_examples: int | None) -> int | None:
+    if isinstance(inputs, torch.Tensor):
+        n = inputs.shape[0] if max_examples is None else min(inputs.shape[0], max_examples)
+        return -(-n // batch_size)
+    return len(inputs) if hasattr(inputs, "__len__") and max_examples is None else None
+
+
+def _check_lams(lam: float | Sequence[float]) -> list[float]:
+    lams = [float(lam)] if isinstance(lam, (int, float)) else [float(v) for v in lam]
+    if not lams or not all(math.isfinite(v) for v in lams):
+        raise LmcError(f"lam must be one or more finite numbers (0 = A, 1 = B), got {lam!r}")
+    return list(dict.fromkeys(lams))
+
+
+@torch.no_grad()
+def analyze(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    inputs: torch.Tensor | Iterable,
+    lam: float | Sequence[float] = 0.5,
+    *,
+    batch_size: int = 256,
+    max_examples: int | None = None,
+    state_b: StateDict | None = None,
+    near_zero: float = NEAR_ZERO,
+    large_energy: float = LARGE_ENERGY,
+    spectra: bool = True,
+    merge_fn: Callable[[StateDict, StateDict, float], StateDict] | None = None,
+    quiet: bool = True,
+) -> AnalysisResult:
+    """Layerwise connectivity of A and B along θ(λ) = (1 − λ)θ_A + λθ_B, streamed over inputs.
+
+    Args:
+        model_a, model_b: two models of one architecture (zoo models, or any model whose probe
+            points ``derive_probe_points`` can find). They are evaluated in eval mode (their
+            modes are restored afterwards) on the device and dtype of ``model_a``.
+        inputs: a tensor (n, ...) cut into ``batch_size`` batches, or an iterable of batches
+            (tensors, or tuples whose first item is the input, e.g. a DataLoader).
+        lam: one λ or a list; one record per λ and probe point, λ outer.
+        max_examples: analyse at most this many examples.
+        state_b: use this state for B instead of ``model_b``'s own (e.g. B aligned to A).
+        near_zero, large_energy: thresholds of the unit summaries (``lmc.analysis.units``).
+        spectra: compute singular values of each weight (stable and effective rank).
+        merge_fn: ``(state_a, state_b, lam) -> state`` for θ(λ); default ``lerp_state``.
+        quiet: no progress bar.
+
+    Memory: the models, (number of λs) merged copies and one batch of every probe point's
+    activations; nothing grows with the number of examples.
+    """
+    lams = _check_lams(lam)
+    if batch_size < 1:
+        raise LmcError(f"batch_size must be at least 1, got {batch_size}")
+    if max_examples is not None and max_examples < 1:
+        raise LmcError(f"max_examples must be at least 1, got {max_examples}")
+    param = next(iter(model_a.parameters()), None)
+    if param is None:
+        raise LmcError(f"{type(model_a).__name__} has no parameters to analyse")
+    device, dtype = param.device, param.dtype
+
+    if state_b is not None or next(model_b.parameters()).device != device:
+        model_b = copy.deepcopy(model_b).to(device)
+        if state_b is not None:
+            _load(model_b, state_b, "state_b")
+    sa, sb = model_a.state_dict(), model_b.state_dict()
+    merge = merge_fn or lerp_state
+    merged_models = {}
+    for value in lams:
+        model_c = copy.deepcopy(model_a)
+        _load(model_c, merge(sa, sb, value), f"the merged state at lam={value}")
+        merged_models[value] = model_c.eval()
+    del sa, sb
+
+    batches = _batches(inputs, batch_size, max_examples)
+    first = next(batches, None)
+    if first is None:
+        raise LmcError("no examples to analyse: inputs is empty")
+    points = resolve_probe_points(model_a, _prepare(first[:2], device, dtype))
+    modules_a = dict(model_a.named_modules())
+    modules_b = dict(model_b.named_modules())
+    probes = [_ProbeStats(p, modules_a, modules_b, lams) for p in points]
+
+    n_examples = 0
+    with ExitStack() as stack:
+        stack.enter_context(eval_mode(model_a, model_b))
+        rec_a = stack.enter_context(Recorder(model_a, points))
+        rec_b = stack.enter_context(Recorder(model_b, points))
+        rec_c = {v: stack.enter_context(Recorder(m, points)) for v, m in merged_models.items()}
+        total = _batch_count(inputs, batch_size, max_examples)
+        for x in progress(_chain(first, batches), quiet=quiet, desc="analyze", total=total):
+            x = _prepare(x, device, dtype)
+            caps_a, caps_b = rec_a.run(x), rec_b.run(x)
+            cache = [p.update_endpoints(caps_a[p.point.name], caps_b[p.point.name]) for p in probes]
+            for value, recorder in rec_c.items():
+                caps_c = recorder.run(x)
+                for probe, batch in zip(probes, cache):
+                    probe.update_merged(value, batch, caps_c[probe.point.name])
+            n_examples += x.shape[0]
+            del caps_a, caps_b, cache
+
+    moments = {
+        p.point.name: {"a": p.moments_a.finalize(), "b": p.moments_b.finalize()} for p in probes
+    }
+    spectra_out: dict[str, dict[str, np.ndarray]] = {}
+    if spectra:
+        for p in probes:
+            if p.weight_module is not None:
+                spectra_out[p.point.name] = {
+                    "a": singular_values(p.weight_a),
+                    "b": singular_values(p.weight_b),
+                }
+    bias = has_bias(model_a)
+    records = []
+    for value in lams:
+        for p in probes:
+            records.append(
+                _record(p, value, moments, spectra_out, bias, n_examples, near_zero, large_energy)
+            )
+    settings = {
+        "lams": lams,
+        "n_examples": n_examples,
+        "batch_size": batch_size,
+        "max_examples": max_examples,
+        "near_zero": near_zero,
+        "large_energy": large_energy,
+        "has_bias": bias,
+        "has_norm": has_norm(model_a),
+        "derived_probe_points": not hasattr(model_a, "probe_points"),
+        "probe_points": [p.to_dict() for p in points],
+        "merge": "custom merge_fn"
+        if merge_fn
+        else "lerp of the whole state (BatchNorm running statistics interpolated, not reset)",
+        "aligned": state_b is not None,
+        "device": str(device),
+        "dtype": str(dtype).replace("torch.", ""),
+        "path": "theta(lam) = (1 - lam) theta_A + lam theta_B",
+    }
+    return AnalysisResult(records, moments, spectra_out, settings)
+
+
+def layerwise(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    inputs: torch.Tensor | Iterable,
+    lam: float | Sequence[float] = 0.5,
+    *,
+    batch_size: int = 256,
+    max_examples: int | None = None,
+    state_b: StateDict | None = None,
+    quiet: bool = True,
+    **options: Any,
+) -> list[dict[str, Any]]:
+    """One record per probe point per λ (keys ``RECORD_KEYS``, as in SCIENCE.md).
+
+    Same arguments as ``analyze`` (``options`` are its further keywords); use ``analyze`` for
+    the per-unit moments and spectra as well.
+    """
+    return analyze(
+        model_a,
+        model_b,
+        inputs,
+        lam,
+        batch_size=batch_size,
+        max_examples=max_examples,
+        state_b=state_b,
+        quiet=quiet,
+        **options,
+    ).records
+
+
+def _chain(first: torch.Tensor, rest: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:
+    yield first
+    yield from rest
+
+
+def _prepare(x: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return x.to(device=device, dtype=dtype if x.is_floating_point() else None)
+
+
+def _load(model: nn.Module, state: StateDict, what: str) -> None:
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise LmcError(f"{what} does not fit model A's architecture: {first}") from exc
+
+
+def _record(
+    probe: _ProbeStats,
+    lam: float,
+    moments: dict,
+    spectra: dict,
+    bias: bool,
+    n_examples: int,
+    near_zero: float,
+    large_energy: float,
+) -> dict[str, Any]:
+    point = probe.point
+    merged = probe.merged[lam]
+    record: dict[str, Any] = dict.fromkeys(RECORD_KEYS)
+    m = moments[point.name]
+    record.update(
+        layer=point.layer,
+        name=point.name,
+        kind=point.kind,
+        lam=lam,
+        units=int(m["a"].size),
+        activation=probe.activation,
+        has_bias=bias,
+        n_examples=n_examples,
+    )
+    record.update(merged.lewc.finalize())
+    record.update(merged.llfc.finalize())
+    record.update(probe.endpoint.finalize())
+    if probe.weak is not None:
+        record.update(probe.weak.finalize())
+    if probe.reciprocal is not None:
+        record.update(probe.reciprocal.finalize())
+        record.update(merged.reciprocal_cosine.finalize())
+        record.update(probe.commutativity.finalize())
+    record.update(unit_summary(m["a"], m["b"], near_zero=near_zero, energy=large_energy))
+    if point.name in spectra:
+        sv = spectra[point.name]
+        record.update(
+            stable_rank_a=stable_rank(sv["a"]),
+            stable_rank_b=stable_rank(sv["b"]),
+            effective_rank_a=effective_rank(sv["a"]),
+            effective_rank_b=effective_rank(sv["b"]),
+        )
+    if merged.logit_norms is not None:
+        record.update(merged.logit_norms.finalize())
+    return record
