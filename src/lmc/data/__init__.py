@@ -3,7 +3,7 @@
 >>> from lmc.data import load, batches
 >>> ds = load("digits")                       # bundled with scikit-learn: works offline
 >>> ds.x_train.shape, ds.num_classes
-(torch.Size([1347, 1, 8, 8]), 10)
+(torch.Size([1346, 1, 8, 8]), 10)
 
 Datasets: ``digits``, ``mnist``, ``fashion-mnist``, ``cifar10``, ``cifar100``, ``synthetic``.
 Where files are looked for: :mod:`lmc.data.paths`. Formats: :mod:`lmc.data.idx` (MNIST and
