@@ -1,0 +1,130 @@
+import math
+
+import pytest
+import torch
+
+import lmc.train.runs as train_runs
+from lmc.config import LmcError
+from lmc.data import load
+from lmc.models import build
+from lmc.store import RunStore, load_run
+from lmc.train import TrainSettings, fit, learning_rate, make_config, spawn_config, train_run
+
+
+def _config(**train):
+    options = {"width": 32, "depth": 2}
+    return make_config("digits", "mlp", options, **{"epochs": 6, **train})
+
+
+def _assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_same_seeds_give_bit_identical_weights(tmp_path, digits):
+    run1, _ = train_run(_config(), store=RunStore(tmp_path / "a"), data=digits)
+    run2, _ = train_run(_config(), store=RunStore(tmp_path / "b"), data=digits)
+    _assert_same_state(run1.state_dict(), run2.state_dict())
+
+
+def test_init_and_data_seeds_are_separate(digits):
+    def weights(init_seed, data_seed):
+        model = build("mlp", input_size=64, width=16, seed=init_seed)
+        fit(model, digits, TrainSettings(epochs=1, init_seed=init_seed, data_seed=data_seed))
+        return model.fc1.weight.detach().clone()
+
+    base = weights(0, 0)
+    assert torch.equal(base, weights(0, 0))
+    assert not torch.equal(base, weights(0, 1))
+    assert not torch.equal(base, weights(1, 0))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_interrupted_run_resumes_bit_identical(tmp_path, digits, monkeypatch, optimizer):
+    config = _config(optimizer=optimizer, lr=0.05 if optimizer == "sgd" else 1e-3)
+    reference, _ = train_run(config, store=RunStore(tmp_path / "ref"), data=digits)
+
+    real_save = train_runs.save_checkpoint
+
+    def crash_after_epoch_3(run_dir, epoch, *args):
+        real_save(run_dir, epoch, *args)
+        if epoch == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_runs, "save_checkpoint", crash_after_epoch_3)
+    store = RunStore(tmp_path / "crash")
+    with pytest.raises(KeyboardInterrupt):
+        train_run(config, store=store, data=digits)
+    assert not store.is_finished(config)
+    monkeypatch.setattr(train_runs, "save_checkpoint", real_save)
+    resumed, reused = train_run(config, store=store, data=digits)
+    assert not reused and resumed.metrics["resumed_from_epoch"] == 3
+    _assert_same_state(reference.state_dict(), resumed.state_dict())
+    assert [h["train_loss"] for h in reference.metrics["history"]] == [
+        h["train_loss"] for h in resumed.metrics["history"]
+    ]
+    assert not (resumed.path / "checkpoint.safetensors").exists()
+
+
+def test_finished_run_is_reused(tmp_path, digits):
+    store = RunStore(tmp_path)
+    first, reused1 = train_run(_config(epochs=1), store=store, data=digits)
+    second, reused2 = train_run(_config(epochs=1), store=store, data=digits)
+    assert (reused1, reused2) == (False, True) and first.path == second.path
+
+
+def test_config_hash_ignores_device_but_not_recipe(digits):
+    store = RunStore("unused")
+    assert store.path_for(_config()) == store.path_for(_config())
+    assert store.path_for(_config()) != store.path_for(_config(weight_decay=1e-4))
+    assert store.path_for(_config()) != store.path_for(_config(data_seed=1))
+    assert "device" not in str(_config())
+
+
+def test_nan_loss_is_a_clear_error(digits):
+    model = build("mlp", input_size=64, width=16, seed=0)
+    with pytest.raises(LmcError, match="loss became nan.*--lr"):
+        fit(model, digits, TrainSettings(epochs=2, lr=1e30, momentum=0.0))
+
+
+def test_spawned_children_share_the_trunk_and_diverge(tmp_path, digits):
+    store = RunStore(tmp_path)
+    parent, _ = train_run(_config(epochs=4), store=store, data=digits)
+    child_a, _ = train_run(spawn_config(parent, 2, data_seed=10), store=store, data=digits)
+    child_b, _ = train_run(spawn_config(parent, 2, data_seed=11), store=store, data=digits)
+    ha, hb, hp = (r.metrics["history"] for r in (child_a, child_b, parent))
+    assert [h["train_loss"] for h in ha[:2]] == [h["train_loss"] for h in hp[:2]]
+    assert ha[2]["train_loss"] != hb[2]["train_loss"]
+    assert child_a.path != child_b.path
+    assert child_a.config["train"]["spawn"]["epoch"] == 2
+
+
+def test_schedules_start_peak_and_end_low():
+    cos = TrainSettings(epochs=10, lr=0.1, warmup_epochs=1)
+    assert learning_rate(cos, 0, 10) == pytest.approx(0.01)
+    assert learning_rate(cos, 9, 10) == pytest.approx(0.1)
+    assert learning_rate(cos, 99, 10) < 1e-3
+    one = TrainSettings(epochs=10, lr=0.1, schedule="onecycle")
+    values = [learning_rate(one, s, 10) for s in range(100)]
+    assert max(values) == pytest.approx(0.1) and values[0] < 0.01 and values[-1] < 0.01
+    assert all(math.isfinite(v) for v in values)
+
+
+def test_digits_mlp_reaches_95_percent(tmp_path, digits):
+    config = make_config("digits", "mlp", {"width": 64, "depth": 3}, epochs=20)
+    run, _ = train_run(config, store=RunStore(tmp_path), data=digits)
+    assert run.metrics["final_test_accuracy"] >= 0.95
+    assert load_run(run.path).build_model()(digits.x_test[:5]).shape == (5, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").exists(),
+    reason="Debian's dataset-fashion-mnist is not installed",
+)
+def test_fashion_mnist_width_512_reaches_87_percent(tmp_path):
+    data = load("fashion-mnist")
+    config = make_config("fashion-mnist", "mlp", {"width": 512, "depth": 3}, data=data, epochs=10)
+    run, _ = train_run(config, store=RunStore(tmp_path), data=data)
+    assert run.metrics["final_test_accuracy"] >= 0.87
