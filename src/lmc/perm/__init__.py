@@ -1,0 +1,1 @@
+"""Permutations (Git Re-Basin): specs derived from any model, applying, matching."""

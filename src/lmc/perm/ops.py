@@ -1,0 +1,148 @@
+"""Permutations as index tensors: draw, apply, compose, invert, compare.
+
+Convention (used everywhere in ``lmc.perm``): a permutation ``p`` of ``n`` units is an int64
+tensor holding a rearrangement of ``0..n-1``; applying it makes *new unit ``i`` = old unit
+``p[i]``*. For a weight ``W`` whose rows are indexed by ``p`` and whose columns by the previous
+layer's ``p_prev`` the permuted weight is ``W[p][:, p_prev]``, i.e. ``P W P_prevᵀ`` with the
+permutation matrix ``P[i, p[i]] = 1``. A bias becomes ``b[p]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from lmc.config import LmcError
+
+from .spec import PermutationSpec, axis_index
+
+Perm = dict[str, torch.Tensor]
+
+
+def identity_permutation(spec: PermutationSpec) -> Perm:
+    """Every permutation of ``spec`` as the identity ``arange(n)``."""
+    return {name: torch.arange(n) for name, n in spec.group_sizes.items()}
+
+
+def random_permutation(spec: PermutationSpec, seed: int) -> Perm:
+    """A uniformly random valid permutation for each group of ``spec``, from ``seed`` alone.
+
+    Groups are drawn in sorted name order from one ``torch.Generator``, so the same seed gives
+    the same permutation on every machine.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    return {name: torch.randperm(n, generator=gen) for name, n in spec.group_sizes.items()}
+
+
+def check_permutation(spec: PermutationSpec, perm: Mapping[str, torch.Tensor]) -> None:
+    """``LmcError`` unless ``perm`` holds one valid permutation of the right size per group."""
+    sizes = spec.group_sizes
+    missing = [g for g in sizes if g not in perm]
+    if missing:
+        raise LmcError(f"the permutation lacks group {missing[0]!r} of the spec")
+    extra = [g for g in perm if g not in sizes]
+    if extra:
+        raise LmcError(f"the permutation has group {extra[0]!r}, which the spec does not know")
+    for name, n in sizes.items():
+        p = perm[name]
+        if p.dim() != 1 or p.numel() != n:
+            raise LmcError(f"permutation {name!r} must have {n} entries, got shape {list(p.shape)}")
+        if not torch.equal(torch.sort(p.detach().long().cpu()).values, torch.arange(n)):
+            raise LmcError(f"{name!r} is not a permutation of 0..{n - 1}")
+
+
+def permute_tensor(
+    spec: PermutationSpec,
+    perm: Mapping[str, torch.Tensor],
+    name: str,
+    tensor: torch.Tensor,
+    skip_axis: int | None = None,
+) -> torch.Tensor:
+    """``tensor`` (the state entry ``name``) with every permuted axis gathered.
+
+    ``skip_axis`` leaves that one axis as it is (weight matching needs the others only).
+    Returns ``tensor`` itself when nothing is permuted.
+    """
+    out = tensor
+    for axis, entry in enumerate(spec[name]):
+        if entry is None or axis == skip_axis:
+            continue
+        out = out.index_select(axis, axis_index(entry, perm, device=tensor.device))
+    return out
+
+
+def apply_permutation(
+    spec: PermutationSpec,
+    perm: Mapping[str, torch.Tensor],
+    state_dict: Mapping[str, torch.Tensor],
+) -> dict[str, torch.Tensor]:
+    """A NEW state dict with ``perm`` applied: new unit ``i`` of each group is old unit ``p[i]``.
+
+    Tensors the spec does not permute are copied (``clone``), so the result never shares
+    memory with ``state_dict``, which is left untouched. A state dict may hold a subset of the
+    spec's tensors (e.g. parameters only); its tensors must have the spec's shapes.
+    """
+    check_permutation(spec, perm)
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        if name in spec:
+            if tuple(tensor.shape) != spec.shapes[name]:
+                raise LmcError(
+                    f"{name!r} has shape {list(tensor.shape)} but the permutation spec expects "
+                    f"{list(spec.shapes[name])}: the spec was made for another architecture"
+                )
+            permuted = permute_tensor(spec, perm, name, tensor)
+            out[name] = permuted.clone() if permuted is tensor else permuted
+        else:
+            out[name] = tensor.clone()
+    return out
+
+
+def compose_permutations(first: Mapping[str, torch.Tensor], second: Mapping[str, torch.Tensor]) -> Perm:
+    """The permutation that applies ``first`` and then ``second``.
+
+    ``apply(compose(first, second), θ) == apply(second, apply(first, θ))``; as index tensors
+    the result is ``first[second]``.
+    """
+    if set(first) != set(second):
+        raise LmcError("cannot compose permutations of different groups")
+    return {k: first[k][second[k].to(first[k].device)] for k in first}
+
+
+def invert_permutation(perm: Mapping[str, torch.Tensor]) -> Perm:
+    """The inverse: ``compose(perm, invert(perm))`` is the identity."""
+    out = {}
+    for k, p in perm.items():
+        inv = torch.empty_like(p)
+        inv[p] = torch.arange(p.numel(), device=p.device, dtype=p.dtype)
+        out[k] = inv
+    return out
+
+
+def moved_fraction(perm: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """Per group, the fraction of units ``i`` with ``p[i] != i``."""
+    return {
+        k: float((p.cpu() != torch.arange(p.numel())).double().mean()) if p.numel() else 0.0
+        for k, p in perm.items()
+    }
+
+
+def matching_objective(
+    spec: PermutationSpec,
+    state_a: Mapping[str, torch.Tensor],
+    state_b: Mapping[str, torch.Tensor],
+    perm: Mapping[str, torch.Tensor] | None = None,
+) -> float:
+    """The weight-matching objective Σ ⟨θ_A, π(θ_B)⟩ in float64.
+
+    The sum runs over every tensor of the spec with at least one permuted axis (weights,
+    biases, norm parameters and running statistics); ``perm=None`` is the identity.
+    """
+    total = 0.0
+    for name in spec.permuted_names:
+        if name not in state_a or name not in state_b:
+            continue
+        b = state_b[name] if perm is None else permute_tensor(spec, perm, name, state_b[name])
+        total += float(torch.sum(state_a[name].double() * b.double()))
+    return total
