@@ -6,8 +6,8 @@ forward, backward, fused SGD step, per-epoch test evaluation excluded) and repor
 achieved GFLOP/s. FLOPs are counted exactly for the Linear layers: forward 2*in*out per example
 and layer, backward 2*in*out for the weight gradient plus 2*in*out for the input gradient
 (except the first layer, whose input needs none). The reference rate is a float32 matmul of
-the workload's largest shape, (batch x width) @ (width x width), measured just before and after the timed epochs
-(the higher of the two is used, so the ratio errs low on a busy machine).
+the workload's largest shape, (batch x width) @ (width x width), measured just before and
+after the timed epochs (the higher of the two is used, so the ratio errs low on a busy machine).
 
     python benchmarks/train_throughput.py [--batch-size 128] [--widths 512,2048] [--epochs 1]
 """
