@@ -1,0 +1,122 @@
+"""Writing a layerwise analysis: a terminal table, ``layers.csv``, ``summary.json``,
+``units.safetensors`` (per-unit moments and singular values) and figures. Every file is
+written atomically; ``summary.json`` comes last."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmc.store import atomic_path, save_tensors, write_json
+
+from .pipeline import RECORD_KEYS, AnalysisResult
+
+# (record key, column title) of the terminal table.
+TABLE_COLUMNS = (
+    ("name", "layer"),
+    ("layer", "l"),
+    ("lam", "lam"),
+    ("lewc_cosine", "lewc"),
+    ("lewc_relative_error", "lewc_err"),
+    ("lewc_coef_a", "a"),
+    ("lewc_expected_a", "(1-lam)^l"),
+    ("lewc_coef_b", "b"),
+    ("lewc_expected_b", "lam^l"),
+    ("llfc_cosine", "llfc"),
+    ("llfc_scale", "c"),
+    ("endpoint_cosine", "endpoint"),
+    ("weak_additivity_cosine", "weak_add"),
+    ("sign_agreement", "signs"),
+    ("reciprocal_ratio", "recip"),
+    ("reciprocal_ratio_ba", "recip_ba"),
+    ("reciprocal_cosine", "recip_cos"),
+    ("commutativity_relative", "comm_rel"),
+    ("near_zero_fraction_a", "near0_a"),
+    ("large_unit_overlap", "overlap"),
+    ("effective_rank_a", "erank_a"),
+    ("effective_rank_b", "erank_b"),
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3):
+            return f"{value:.2e}"
+        return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def format_table(records: list[dict[str, Any]]) -> str:
+    """One row per record (λ outer, layer inner), then the logits' norms per λ."""
+    header = [title for _, title in TABLE_COLUMNS]
+    rows = [[_cell(r[key]) for key, _ in TABLE_COLUMNS] for r in records]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    for r in records:
+        if r["kind"] == "logits" and r["logit_norm"] is not None:
+            lines.append(
+                f"lam={r['lam']:g}: mean logit norm: merged {_cell(r['logit_norm'])}, "
+                f"A {_cell(r['logit_norm_a'])}, B {_cell(r['logit_norm_b'])}, "
+                f"LEWC prediction {_cell(r['logit_norm_lewc'])}"
+            )
+    return "\n".join(lines)
+
+
+def write_csv(path: str | os.PathLike, records: list[dict[str, Any]]) -> None:
+    """``records`` as CSV with columns ``RECORD_KEYS``; None and NaN are empty cells."""
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(RECORD_KEYS))
+        writer.writeheader()
+        for record in records:
+            writer.writerow({k: _csv_value(record[k]) for k in RECORD_KEYS})
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else value
+
+
+def write_results(
+    result: AnalysisResult, out_dir: str | os.PathLike, summary: dict[str, Any]
+) -> list[Path]:
+    """Write the analysis into ``out_dir``; ``summary`` is the JSON-ready object for
+    summary.json (no NaN: e.g. ``lmc.cli.common.jsonable(...)``). Returns the paths written."""
+    from .figures import plot_cosines, plot_moments, plot_spectra
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [
+        out / "layers.csv",
+        out / "units.safetensors",
+        out / "cosines.png",
+        out / "moments.png",
+    ]
+    write_csv(paths[0], result.records)
+    tensors = {
+        f"{kind}.{name}.{side}": torch.from_numpy(values.copy())
+        for kind, table in (("moments", result.moments), ("spectra", result.spectra))
+        for name, sides in table.items()
+        for side, values in sides.items()
+    }
+    save_tensors(paths[1], tensors, metadata={"layout": "{moments|spectra}.{probe}.{a|b}"})
+    plot_cosines(result.records, paths[2])
+    plot_moments(result.moments, paths[3])
+    if result.spectra:
+        paths.append(out / "spectra.png")
+        plot_spectra(result.spectra, paths[-1])
+    paths.append(out / "summary.json")
+    write_json(paths[-1], summary)
+    return paths

@@ -1,0 +1,156 @@
+"""Layerwise analysis of the merge of two runs: why it works or fails, layer by layer.
+
+For every probe point (hidden layer, ResNet block, logits) and every λ on the path
+θ(λ) = (1 − λ)θ_A + λθ_B: LEWC (cosine, relative error, least-squares coefficients against
+(1 − λ)^ℓ and λ^ℓ), LLFC (cosine and scale), the endpoint cosine, weak additivity and sign
+agreement of the activation, reciprocal orthogonality, commutativity, second-moment and
+spectral low-rank summaries, and the logits' norms against LEWC's prediction. Statistics are
+streamed over the split; definitions in SCIENCE.md ("Layerwise connectivity"). With --out,
+writes layers.csv, summary.json, units.safetensors and figures (cosines.png, moments.png,
+spectra.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lmc.config import LmcError, environment_info
+from lmc.store import Run, default_runs_dir, load_run
+
+from .common import (
+    add_data_options,
+    add_device_option,
+    add_output_options,
+    add_runs_dir_option,
+    dataset_for_config,
+    device_from,
+    emit_json,
+    jsonable,
+    parse_float_list,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", metavar="RUN_A", help="run folder of model A (λ = 0)")
+    parser.add_argument("run_b", metavar="RUN_B", help="run folder of model B (λ = 1)")
+    parser.add_argument(
+        "--align",
+        default="none",
+        metavar="METHOD",
+        help="permute B to match A first with lmc.perm.align (e.g. weight, activation, ste); "
+        "none = analyse B as it is",
+    )
+    parser.add_argument(
+        "--lam", default="0.5", help="λ or comma-separated list (θ(λ) = (1 − λ)θ_A + λθ_B)"
+    )
+    parser.add_argument(
+        "--split", default="test", choices=("test", "train"), help="split to analyse"
+    )
+    parser.add_argument(
+        "--max-examples", type=int, default=None, help="analyse at most this many examples"
+    )
+    parser.add_argument("--batch-size", type=int, default=256, help="examples per batch")
+    parser.add_argument(
+        "--out", default=None, help="folder for layers.csv, summary.json and figures"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the alignment and of the Monte-Carlo check"
+    )
+    add_runs_dir_option(parser)
+    add_data_options(parser)
+    add_device_option(parser)
+    add_output_options(parser)
+
+
+def resolve_run(text: str, runs_dir: str | None) -> Run:
+    """A run given as a folder path, or as a folder name inside the run store."""
+    path = Path(text)
+    if not path.is_dir():
+        store = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+        if (store / text).is_dir():
+            path = store / text
+    return load_run(path)
+
+
+def check_compatible(run_a: Run, run_b: Run) -> None:
+    for key in ("model", "model_options", "dataset", "dataset_options"):
+        if run_a.config.get(key) != run_b.config.get(key):
+            raise LmcError(
+                f"runs differ in {key} ({run_a.config.get(key)!r} vs {run_b.config.get(key)!r}): "
+                "the analysis needs two models of one architecture on one dataset"
+            )
+
+
+def align_state(method: str, model_a, model_b, data, seed: int):
+    """B's state permuted to match A by ``lmc.perm.align`` (imported only when asked for)."""
+    try:
+        from lmc.perm import align
+    except ImportError as exc:
+        raise LmcError(
+            f"--align {method} needs lmc.perm.align, which this installation lacks; "
+            "use --align none or align with `lmc align` first"
+        ) from exc
+    return align(
+        method, model_a, model_b, inputs=data.x_train, labels=data.y_train, seed=seed
+    ).state_dict
+
+
+def run(args: argparse.Namespace) -> int:
+    from lmc.analysis import analyze
+    from lmc.analysis.output import format_table, write_results
+
+    lams = parse_float_list(args.lam, "--lam")
+    run_a, run_b = resolve_run(args.run_a, args.runs_dir), resolve_run(args.run_b, args.runs_dir)
+    check_compatible(run_a, run_b)
+    device = device_from(args)
+    data = dataset_for_config(run_a.config, args, device)
+    x, _ = data.split(args.split)
+    model_a, model_b = run_a.build_model(device), run_b.build_model(device)
+    state_b = None
+    if args.align != "none":
+        state_b = align_state(args.align, model_a, model_b, data, args.seed)
+    result = analyze(
+        model_a,
+        model_b,
+        x,
+        lams,
+        batch_size=args.batch_size,
+        max_examples=args.max_examples,
+        state_b=state_b,
+        quiet=args.quiet,
+    )
+    result.settings.update(
+        run_a=str(run_a.path),
+        run_b=str(run_b.path),
+        model=run_a.config["model"],
+        model_options=run_a.config["model_options"],
+        dataset=run_a.config["dataset"],
+        split=args.split,
+        align=args.align,
+        seed=args.seed,
+        environment=environment_info(device),
+    )
+    summary = jsonable(
+        {
+            "layers": result.records,
+            "settings": result.settings,
+            "theory": result.theory(seed=args.seed),
+        }
+    )
+    written = write_results(result, args.out, summary) if args.out else []
+    if args.json:
+        emit_json(summary)
+        return 0
+    aligned = f" (aligned by {args.align})" if state_b is not None else ""
+    print(
+        f"A = {run_a.name}\nB = {run_b.name}{aligned}"
+        f"\n{result.settings['n_examples']} {args.split} examples of {run_a.config['dataset']}; "
+        f"biases: {'yes' if result.settings['has_bias'] else 'no'}; "
+        f"Thm 5.4 Gaussian limit {summary['theory']['gaussian_relu_limit']:.4f}"
+    )
+    print(format_table(result.records))
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
