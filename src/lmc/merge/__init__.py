@@ -1,0 +1,38 @@
+"""Merging models: interpolation of whole state dicts, N-model averages, BatchNorm fixes.
+
+Path convention (SCIENCE.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A.
+
+- :func:`lerp`, :func:`lerp_stack`, :func:`average`: state-dict arithmetic (floating entries
+  interpolated, integer buffers from the first model; names/shapes checked).
+- :func:`merge_many`: N models, optionally aligned to a reference by weight matching.
+- :func:`reset_batchnorm`, :func:`repair`, :func:`has_batchnorm`, :func:`resolve_bn_mode`:
+  what to do with BatchNorm after interpolation (``bn_mode`` in auto/reset/repair/none).
+"""
+
+from .batchnorm import (
+    BN_MODES,
+    batchnorm_modules,
+    batchnorm_output_stats,
+    has_batchnorm,
+    repair,
+    reset_batchnorm,
+    resolve_bn_mode,
+)
+from .interpolate import StateDict, average, check_compatible, lerp, lerp_stack
+from .many import merge_many
+
+__all__ = [
+    "BN_MODES",
+    "StateDict",
+    "average",
+    "batchnorm_modules",
+    "batchnorm_output_stats",
+    "check_compatible",
+    "has_batchnorm",
+    "lerp",
+    "lerp_stack",
+    "merge_many",
+    "repair",
+    "reset_batchnorm",
+    "resolve_bn_mode",
+]

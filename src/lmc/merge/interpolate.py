@@ -1,0 +1,170 @@
+"""Interpolating and averaging whole state dicts.
+
+Convention (SCIENCE.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B, so ``lam = 0`` is A
+and ``lam = 1`` is B. Every floating-point entry of the state dict (parameters *and* floating
+buffers such as BatchNorm running statistics) is interpolated; integer entries
+(``num_batches_tracked``) are taken from A. The result has A's dtypes and devices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from lmc.config import LmcError
+
+StateDict = dict[str, torch.Tensor]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(d) for d in t.shape) + ")"
+
+
+def check_compatible(
+    state_a: Mapping[str, torch.Tensor],
+    state_b: Mapping[str, torch.Tensor],
+    names: tuple[str, str] = ("A", "B"),
+) -> None:
+    """Raise ``LmcError`` naming the first difference in entry names or shapes (in A's order)."""
+    na, nb = names
+    for key, ta in state_a.items():
+        if key not in state_b:
+            raise LmcError(
+                f"models differ: {key!r} is in {na} but not in {nb}; "
+                "interpolate models of one architecture"
+            )
+        tb = state_b[key]
+        if tuple(ta.shape) != tuple(tb.shape):
+            raise LmcError(
+                f"models differ: {key!r} has shape {_shape(ta)} in {na} and {_shape(tb)} in {nb}; "
+                "interpolate models of one architecture"
+            )
+        if ta.is_floating_point() != tb.is_floating_point():
+            raise LmcError(
+                f"models differ: {key!r} is {ta.dtype} in {na} and {tb.dtype} in {nb}; "
+                "interpolate models of one architecture"
+            )
+    for key in state_b:
+        if key not in state_a:
+            raise LmcError(
+                f"models differ: {key!r} is in {nb} but not in {na}; "
+                "interpolate models of one architecture"
+            )
+
+
+def _check_lambda(lam: float) -> float:
+    try:
+        lam = float(lam)
+    except (TypeError, ValueError) as exc:
+        raise LmcError(f"lambda must be a number, got {lam!r}") from exc
+    if not math.isfinite(lam):
+        raise LmcError(f"lambda must be finite, got {lam}")
+    return lam
+
+
+def _mix(a: torch.Tensor, b: torch.Tensor, lam: float) -> torch.Tensor:
+    """(1 - lam) * a + lam * b in a's dtype (half precision is computed in float32)."""
+    b = b.to(device=a.device)
+    if a.dtype in _LOW_PRECISION:
+        out = (1.0 - lam) * a.float() + lam * b.float()
+        return out.to(a.dtype)
+    return torch.add(a * (1.0 - lam), b.to(a.dtype), alpha=lam)
+
+
+@torch.no_grad()
+def lerp(
+    state_a: Mapping[str, torch.Tensor], state_b: Mapping[str, torch.Tensor], lam: float
+) -> StateDict:
+    """The state dict theta(lam) = (1 - lam) * theta_A + lam * theta_B.
+
+    - floating entries (parameters and floating buffers) are interpolated; ``lam`` outside
+      [0, 1] extrapolates;
+    - integer entries (e.g. ``num_batches_tracked``) are copied from A;
+    - ``lam == 0`` returns a copy of A and ``lam == 1`` a copy of B's floating entries (cast to
+      A's dtype), bit for bit;
+    - names and shapes must agree: ``LmcError`` names the first mismatch.
+
+    The inputs are not modified; the output never shares storage with them.
+    """
+    lam = _check_lambda(lam)
+    check_compatible(state_a, state_b)
+    out: StateDict = {}
+    for key, a in state_a.items():
+        b = state_b[key]
+        if not a.is_floating_point() or lam == 0.0:
+            out[key] = a.detach().clone()
+        elif lam == 1.0:
+            out[key] = b.detach().to(device=a.device, dtype=a.dtype, copy=True)
+        else:
+            out[key] = _mix(a.detach(), b.detach(), lam)
+    return out
+
+
+@torch.no_grad()
+def lerp_stack(
+    state_a: Mapping[str, torch.Tensor],
+    state_b: Mapping[str, torch.Tensor],
+    lambdas: Sequence[float],
+) -> StateDict:
+    """theta(lam) for every ``lam`` in ``lambdas``, stacked on a new leading axis of size K.
+
+    Entry ``k`` of every floating tensor is ``(1 - lambdas[k]) * a + lambdas[k] * b`` (the same
+    formula as :func:`lerp`); integer entries are A's, expanded (no copy). Used to evaluate many
+    points of a path in one batched forward (``torch.func.functional_call`` + ``torch.vmap``).
+    """
+    lams = [_check_lambda(v) for v in lambdas]
+    check_compatible(state_a, state_b)
+    out: StateDict = {}
+    for key, a in state_a.items():
+        a = a.detach()
+        if not a.is_floating_point():
+            out[key] = a.unsqueeze(0).expand(len(lams), *a.shape)
+            continue
+        b = state_b[key].detach().to(device=a.device)
+        work = torch.float32 if a.dtype in _LOW_PRECISION else a.dtype
+        lam = torch.tensor(lams, dtype=work, device=a.device).reshape(-1, *([1] * a.dim()))
+        out[key] = ((1.0 - lam) * a.to(work) + lam * b.to(work)).to(a.dtype)
+    return out
+
+
+@torch.no_grad()
+def average(
+    states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float] | None = None
+) -> StateDict:
+    """The weighted average sum_i w_i theta_i / sum_i w_i of N state dicts.
+
+    ``weights`` default to equal; they must be finite, non-negative and not all zero. Floating
+    entries are accumulated in float64 and returned in the first state's dtype; integer entries
+    come from the first state. Names and shapes must agree (``LmcError`` names the first
+    mismatch, counting models from 0). ``average([a, b], [1 - lam, lam])`` equals
+    ``lerp(a, b, lam)`` up to rounding.
+    """
+    states = list(states)
+    if not states:
+        raise LmcError("average needs at least one state dict")
+    if weights is None:
+        weights = [1.0] * len(states)
+    weights = [float(w) for w in weights]
+    if len(weights) != len(states):
+        raise LmcError(f"average got {len(states)} state dicts but {len(weights)} weights")
+    if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
+        raise LmcError(f"average weights must be finite, >= 0 and not all 0, got {weights}")
+    first = states[0]
+    for i, other in enumerate(states[1:], start=1):
+        check_compatible(first, other, names=("model 0", f"model {i}"))
+    total = sum(weights)
+    out: StateDict = {}
+    for key, t0 in first.items():
+        if not t0.is_floating_point():
+            out[key] = t0.detach().clone()
+            continue
+        acc = torch.zeros(t0.shape, dtype=torch.float64, device=t0.device)
+        for w, state in zip(weights, states):
+            if w != 0.0:
+                acc.add_(state[key].detach().to(device=t0.device, dtype=torch.float64), alpha=w)
+        out[key] = (acc / total).to(t0.dtype)
+    return out

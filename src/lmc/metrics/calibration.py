@@ -1,0 +1,92 @@
+"""Softmax temperature calibration (the width paper, section 3.1).
+
+One inverse temperature beta > 0 per model minimises the mean cross-entropy of
+softmax(beta * logits) on a calibration subset; the calibrated loss is the cross-entropy at that
+beta on the rest of the split. beta changes no prediction, so accuracy is unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from lmc.config import LmcError
+
+#: Bounds of the search, on beta (the search itself runs on log beta).
+BETA_MIN = 1e-3
+BETA_MAX = 1e4
+#: Absolute tolerance of the bounded search on log(beta): beta is found to a relative 1e-7.
+LOG_BETA_TOL = 1e-7
+
+
+def _check(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if logits.dim() != 2:
+        raise LmcError(f"logits must have shape (N, classes), got {tuple(logits.shape)}")
+    if labels.shape != (logits.shape[0],):
+        raise LmcError(
+            f"labels must have shape ({logits.shape[0]},) to match the logits, "
+            f"got {tuple(labels.shape)}"
+        )
+    if logits.shape[0] == 0:
+        raise LmcError("calibration needs at least one example")
+    return logits.detach(), labels.detach().to(device=logits.device, dtype=torch.int64)
+
+
+def cross_entropy_at(logits: torch.Tensor, labels: torch.Tensor, beta: float = 1.0) -> float:
+    """Mean cross-entropy (nats) of softmax(beta * logits) against ``labels``, in float64.
+
+    ``logits``: (N, C); ``labels``: (N,) class indices.
+    """
+    logits, labels = _check(logits, labels)
+    z = logits.double() * float(beta)
+    return F.cross_entropy(z, labels, reduction="mean").item()
+
+
+def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """The inverse temperature beta minimising mean cross-entropy of softmax(beta * logits).
+
+    A bounded Brent search (``scipy.optimize.minimize_scalar(method="bounded")``) on
+    ``log beta`` in ``[log 1e-3, log 1e4]`` with absolute tolerance ``1e-7`` on ``log beta``
+    (beta to a relative 1e-7), everything in float64. The mean cross-entropy is convex in beta,
+    hence unimodal in log beta, so the search finds the global minimum inside the bounds.
+    The cross-entropy is evaluated as ``beta * m + log1p(sum_{j != k} exp(beta * (d_j - m)))``
+    with ``d = logits - logits[label]``, ``k`` the row's argmax and ``m = d_k`` (exact even for
+    losses far below float64's epsilon, so the search does not stall on a numerically flat loss).
+
+    Degenerate cases: when every example's label is the strict argmax of its logits the loss
+    falls for ever as beta grows and ``BETA_MAX`` is returned; when every row of logits is
+    constant the loss does not depend on beta and 1.0 is returned. When the optimum lies
+    outside the bounds the nearest bound is returned. ``logits``: (N, C) on any device;
+    ``labels``: (N,). Raises ``LmcError`` for non-finite logits.
+    """
+    from scipy.optimize import minimize_scalar
+
+    logits, labels = _check(logits, labels)
+    z = logits.double()
+    if not torch.isfinite(z).all():
+        raise LmcError("cannot calibrate non-finite logits (the model diverged)")
+    d = z - z.gather(1, labels[:, None])  # d[i, label_i] = 0
+    top = d.max(dim=1, keepdim=True)
+    m, k = top.values, top.indices  # m >= 0; the argmax does not depend on beta > 0
+    rest = (d - m).scatter(1, k, float("-inf"))  # <= 0, the argmax column excluded
+    if (m == 0).all() and (rest < 0).all():
+        return BETA_MAX  # every label is the strict argmax: separable, beta -> infinity
+    if (z == z[:, :1]).all():
+        return 1.0  # constant logits: the loss does not depend on beta
+    n = z.shape[0]
+    m = m.squeeze(1)
+
+    def objective(log_beta: float) -> float:
+        beta = math.exp(log_beta)
+        ce = beta * m + torch.log1p(torch.exp(beta * rest).sum(dim=1))
+        return (ce.sum() / n).item()
+
+    res = minimize_scalar(
+        objective,
+        bounds=(math.log(BETA_MIN), math.log(BETA_MAX)),
+        method="bounded",
+        options={"xatol": LOG_BETA_TOL, "maxiter": 500},
+    )
+    return float(math.exp(res.x))

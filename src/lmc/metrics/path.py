@@ -1,0 +1,452 @@
+"""Evaluating the linear path between two models in few passes over the data.
+
+Path: theta(lam) = (1 - lam) * theta_A + lam * theta_B on a grid of lambdas (``lambda_grid``),
+lam = 0 is A, lam = 1 is B. Per lambda, :func:`evaluate_path` reports (every number in float64):
+
+============================  ===================================================  ==========
+key                           meaning                                              examples
+============================  ===================================================  ==========
+``loss``                      mean cross-entropy (nats) of theta(lam)               full split
+``accuracy``                  fraction of correct argmax predictions                full split
+``logit_norm``                mean over examples of the L2 norm of the logits       full split
+``ensemble_loss``             cross-entropy of (1 - lam) f_A + lam f_B (logits)    full split
+``ensemble_accuracy``         accuracy of that ensemble                             full split
+``inverse_temperature``       beta fitted on the calibration subset                 20% subset
+``calibrated_loss``           cross-entropy of softmax(beta * logits)               80% subset
+``heldout_loss``              uncalibrated cross-entropy (beta = 1)                 80% subset
+``ensemble_inverse_temperature`` / ``ensemble_calibrated_loss``: the same for the ensemble.
+============================  ===================================================  ==========
+
+The calibration subset is a fixed random ``calibration_fraction`` (default 20%) of the split's
+examples: the first ``round(fraction * N)`` of ``torch.randperm(N)`` drawn from
+``torch.Generator().manual_seed(calibration_seed)``; the held-out subset is the rest. The same
+subsets serve every lambda (endpoints included), so calibrated barriers compare like with like,
+and ``heldout_loss`` gives the uncalibrated loss on the very examples ``calibrated_loss`` uses.
+
+How the grid is evaluated (``method``):
+
+- ``batched`` (the default whenever nothing has to be recomputed per lambda, i.e. the resolved
+  BatchNorm mode is ``none``): the interior lambdas' weights are stacked (``lerp_stack``) and
+  evaluated together in one vmapped forward (``torch.func.functional_call`` + ``torch.vmap``)
+  per batch of examples, in chunks of lambdas bounded by ``max_stack_bytes``.
+- ``loop``: one forward pass over the split per lambda (needed when BatchNorm statistics are
+  reset or REPAIRed for each lambda).
+
+The endpoints are always the models themselves (A, and B or ``state_b``), evaluated with a plain
+forward; their logits serve as lam = 0 and lam = 1 of the path, so the path's endpoints equal the
+models' own numbers bit for bit. With BatchNorm ``reset``/``repair`` only the interior points are
+reset (the endpoints keep the statistics training gave them) unless ``reset_endpoints=True``.
+
+Memory: the logits of the two endpoints and of one chunk of lambdas, ``(2 + k) * N * C`` floats,
+are held on the models' device; no hidden activations are kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmc.config import LmcError, progress
+from lmc.merge import (
+    batchnorm_output_stats,
+    check_compatible,
+    lerp,
+    lerp_stack,
+    repair,
+    reset_batchnorm,
+    resolve_bn_mode,
+)
+
+from .barriers import barriers as _barriers
+from .calibration import fit_inverse_temperature
+
+METHODS = ("auto", "batched", "loop")
+_TOL = 1e-9
+
+
+def lambda_grid(lambdas: int | Sequence[float] = 11) -> tuple[list[float], list[float]]:
+    """The evaluated grid and the values that were added to it.
+
+    An integer ``N >= 2`` means ``N`` evenly spaced points ``i / (N - 1)`` from 0 to 1. A list is
+    sorted and de-duplicated; its values must lie in [0, 1]. In both cases 0, 1 and ½ are added
+    when missing (the endpoints define every barrier, ½ the midpoint barriers), and the added
+    values are returned as the second element.
+    """
+    if isinstance(lambdas, bool):
+        raise LmcError("lambdas must be a number of points or a list of values, got a bool")
+    if isinstance(lambdas, int):
+        if lambdas < 2:
+            raise LmcError(f"a path needs at least 2 lambdas (the endpoints), got {lambdas}")
+        values = [i / (lambdas - 1) for i in range(lambdas)]
+    else:
+        try:
+            values = [float(v) for v in lambdas]
+        except (TypeError, ValueError) as exc:
+            raise LmcError(f"lambdas must be numbers, got {lambdas!r}") from exc
+        for v in values:
+            if not math.isfinite(v) or v < -_TOL or v > 1 + _TOL:
+                raise LmcError(f"lambda {v} is outside [0, 1]; the path runs from A (0) to B (1)")
+        values = [min(1.0, max(0.0, v)) for v in values]
+    grid: list[float] = []
+    for v in sorted(values):
+        if not grid or v - grid[-1] > _TOL:
+            grid.append(v)
+    added = []
+    for v in (0.0, 0.5, 1.0):
+        if all(abs(v - g) > _TOL for g in grid):
+            grid.append(v)
+            added.append(v)
+    grid.sort()
+    for v in (0.0, 0.5, 1.0):  # snap near-hits to the exact value
+        grid = [v if abs(g - v) <= _TOL else g for g in grid]
+    return grid, added
+
+
+@dataclass
+class PathResult:
+    """Metrics along the path theta(lam); lists have one entry per lambda (see module doc)."""
+
+    lambdas: list[float]
+    loss: list[float]
+    accuracy: list[float]
+    logit_norm: list[float]
+    ensemble_loss: list[float]
+    ensemble_accuracy: list[float]
+    inverse_temperature: list[float] | None = None
+    calibrated_loss: list[float] | None = None
+    heldout_loss: list[float] | None = None
+    ensemble_inverse_temperature: list[float] | None = None
+    ensemble_calibrated_loss: list[float] | None = None
+    bn: str = "none"
+    method: str = "loop"
+    calibrate: bool = False
+    calibration_seed: int | None = None
+    calibration_fraction: float | None = None
+    num_examples: int = 0
+    num_calibration: int | None = None
+    num_heldout: int | None = None
+    added_lambdas: list[float] = field(default_factory=list)
+
+    def barriers(self) -> dict[str, float | None]:
+        """All barriers (:func:`lmc.metrics.barriers`)."""
+        return _barriers(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def rows(self) -> list[dict[str, float | None]]:
+        """One dict per lambda with every per-lambda metric (``None`` when not computed)."""
+        keys = [
+            "loss", "accuracy", "logit_norm", "ensemble_loss", "ensemble_accuracy",
+            "heldout_loss", "calibrated_loss", "inverse_temperature",
+            "ensemble_calibrated_loss", "ensemble_inverse_temperature",
+        ]  # fmt: skip
+        rows = []
+        for i, lam in enumerate(self.lambdas):
+            row: dict[str, float | None] = {"lambda": lam}
+            for key in keys:
+                values = getattr(self, key)
+                row[key] = None if values is None else values[i]
+            rows.append(row)
+        return rows
+
+
+def calibration_split(
+    n: int, seed: int, fraction: float = 0.2
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(calibration, heldout)`` example indices: the first ``round(fraction * n)`` (at least 1,
+    at most n - 1) of ``torch.randperm(n)`` from ``torch.Generator().manual_seed(seed)``, and the
+    rest (both sorted)."""
+    if n < 2:
+        raise LmcError(f"calibration needs at least 2 examples, got {n}")
+    if not 0.0 < fraction < 1.0:
+        raise LmcError(f"calibration fraction must be in (0, 1), got {fraction}")
+    k = min(n - 1, max(1, round(fraction * n)))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    return order[:k].sort().values, order[k:].sort().values
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    for t in list(model.parameters()) + list(model.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+def _ce(z: torch.Tensor, y: torch.Tensor, beta: float = 1.0) -> float:
+    """Mean cross-entropy in float64 (the same arithmetic as ``cross_entropy_at``)."""
+    return F.cross_entropy(z.double() * float(beta), y, reduction="mean").item()
+
+
+def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
+    if not torch.isfinite(z).all():
+        return math.nan
+    return fit_inverse_temperature(z, y)
+
+
+class _Metrics:
+    """Turns one model's logits on the split into the per-lambda numbers."""
+
+    def __init__(self, y: torch.Tensor, calibrate: bool, seed: int, fraction: float) -> None:
+        self.y = y
+        self.calibrate = calibrate
+        self.rows: list[dict[str, float]] = []
+        if calibrate:
+            cal, held = calibration_split(len(y), seed, fraction)
+            self.cal, self.held = cal.to(y.device), held.to(y.device)
+            self.y_cal, self.y_held = y[self.cal], y[self.held]
+
+    def __call__(self, z: torch.Tensor, z_ens: torch.Tensor) -> dict[str, float]:
+        y = self.y
+        row = {
+            "loss": _ce(z, y),
+            "accuracy": (z.argmax(1) == y).double().mean().item(),
+            "logit_norm": torch.linalg.vector_norm(z.double(), dim=1).mean().item(),
+            "ensemble_loss": _ce(z_ens, y),
+            "ensemble_accuracy": (z_ens.argmax(1) == y).double().mean().item(),
+        }
+        if self.calibrate:
+            for prefix, logits in (("", z), ("ensemble_", z_ens)):
+                beta = _fit(logits[self.cal], self.y_cal)
+                row[f"{prefix}inverse_temperature"] = beta
+                row[f"{prefix}calibrated_loss"] = (
+                    math.nan if math.isnan(beta) else _ce(logits[self.held], self.y_held, beta)
+                )
+            row["heldout_loss"] = _ce(z[self.held], self.y_held)
+        return row
+
+
+@torch.inference_mode()
+def _logits(
+    model: nn.Module, x: torch.Tensor, batch_size: int, device: torch.device
+) -> torch.Tensor:
+    """The model's logits on every example of ``x`` (one plain forward per batch)."""
+    out = [
+        model(x[s : s + batch_size].to(device, non_blocking=True))
+        for s in range(0, len(x), batch_size)
+    ]
+    return torch.cat(out).float()
+
+
+def _batched_logits(
+    model: nn.Module,
+    stacked: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Logits of every stacked state on ``x``: shape (k, N, C); one vmapped forward per batch."""
+    from torch.func import functional_call, vmap
+
+    def forward(params: dict[str, torch.Tensor], xb: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, params, (xb,))
+
+    batched = vmap(forward, in_dims=(0, None))
+    out: torch.Tensor | None = None
+    with torch.inference_mode():
+        for s in range(0, len(x), batch_size):
+            z = batched(stacked, x[s : s + batch_size].to(device, non_blocking=True))
+            if out is None:
+                out = torch.empty(
+                    (z.shape[0], len(x), z.shape[2]), dtype=torch.float32, device=device
+                )
+            out[:, s : s + z.shape[1]] = z
+    assert out is not None
+    return out
+
+
+def _state_bytes(state: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def evaluate_path(
+    model_a: nn.Module,
+    model_b: nn.Module | None,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lambdas: int | Sequence[float] = 11,
+    *,
+    bn: str = "auto",
+    bn_inputs: torch.Tensor | None = None,
+    bn_batch_size: int = 256,
+    bn_num_batches: int | None = None,
+    reset_endpoints: bool = False,
+    calibrate: bool = False,
+    calibration_seed: int = 0,
+    calibration_fraction: float = 0.2,
+    batch_size: int | None = None,
+    method: str = "auto",
+    max_stack_bytes: int = 1 << 30,
+    seed: int = 0,
+    quiet: bool = True,
+    state_b: dict[str, torch.Tensor] | None = None,
+) -> PathResult:
+    """Evaluate theta(lam) = (1 - lam) theta_A + lam theta_B on ``x, y`` for every lam of the grid.
+
+    Args:
+        model_a, model_b: two models of one architecture (``model_b`` may be ``None`` when
+            ``state_b`` is given). Neither is changed (their train/eval modes are restored).
+        x, y: the evaluation split, ``(N, ...)`` inputs and ``(N,)`` int64 labels, on any device
+            (batches are moved to ``model_a``'s device).
+        lambdas: number of evenly spaced points (default 11) or a list; see
+            :func:`lambda_grid` (0, ½ and 1 are always included; additions are recorded in
+            ``added_lambdas``).
+        bn: ``auto``/``reset``/``repair``/``none`` (:func:`lmc.merge.resolve_bn_mode`); the
+            resolved mode is recorded in ``PathResult.bn``.
+        bn_inputs: training inputs for ``reset``/``repair`` (required for those modes);
+            ``bn_batch_size``, ``bn_num_batches`` and ``seed`` select the batches
+            (:func:`lmc.merge.reset_batchnorm`).
+        reset_endpoints: also reset/repair the endpoints (default: keep their own statistics).
+        calibrate: fit an inverse temperature per lambda (see module doc for the subsets).
+        calibration_seed, calibration_fraction: the calibration subset (default 20%).
+        batch_size: examples per forward pass (default 1024 for ``loop``; for ``batched``
+            ``max(64, 8192 // k)`` for a chunk of k lambdas).
+        method: ``auto`` (``batched`` when the resolved bn mode is ``none``, else ``loop``),
+            ``batched`` or ``loop``; the method used is recorded. Both give the same numbers
+            within float32 rounding (tested to 1e-5).
+        max_stack_bytes: bound on the stacked interior weights held at once (batched method).
+        state_b: a state dict to use as B (e.g. B aligned to A); overrides ``model_b``'s weights.
+
+    Returns a :class:`PathResult`.
+    """
+    if method not in METHODS:
+        raise LmcError(f"unknown path evaluation method {method!r}: use {', '.join(METHODS)}")
+    if len(x) != len(y):
+        raise LmcError(f"{len(x)} inputs but {len(y)} labels: give one label per example")
+    if len(x) == 0:
+        raise LmcError("cannot evaluate a path on an empty split")
+    if model_b is None and state_b is None:
+        raise LmcError("evaluate_path needs model_b or state_b")
+    grid, added = lambda_grid(lambdas)
+    device = _device_of(model_a)
+    bn_mode = resolve_bn_mode(model_a, bn)
+    if bn_mode != "none" and bn_inputs is None:
+        raise LmcError(
+            f"BatchNorm mode {bn_mode!r} needs training inputs (bn_inputs) to recompute the "
+            "statistics of each interpolated model; pass them or use bn='none'"
+        )
+    auto = method == "auto"
+    if auto:
+        method = "batched" if bn_mode == "none" else "loop"
+    if method == "batched" and bn_mode != "none":
+        raise LmcError(
+            f"the batched method cannot recompute BatchNorm statistics per lambda (bn={bn_mode!r});"
+            " use method='loop'"
+        )
+
+    state_a = {k: v.detach() for k, v in model_a.state_dict().items()}
+    if state_b is None:
+        state_b = {k: v.detach() for k, v in model_b.state_dict().items()}
+    check_compatible(state_a, state_b)
+    state_b = {k: v.detach().to(state_a[k].device) for k, v in state_b.items()}
+
+    modes = {m: m.training for m in model_a.modules()}
+    modes_b = {} if model_b is None else {m: m.training for m in model_b.modules()}
+    y = y.to(device)
+    metrics = _Metrics(y, calibrate, calibration_seed, calibration_fraction)
+    try:
+        model_a.eval()
+        work = copy.deepcopy(model_a).eval()
+        work.load_state_dict(state_b)
+        model_b_eval = work  # B's weights in a copy of A's module: same function as model_b
+        kw = dict(batch_size=bn_batch_size, num_batches=bn_num_batches, seed=seed, quiet=True)
+        stats = {}
+        if bn_mode == "repair":
+            stats["a"] = batchnorm_output_stats(model_a, bn_inputs, **kw)
+            stats["b"] = batchnorm_output_stats(model_b_eval, bn_inputs, **kw)
+
+        def prepare(lam: float) -> nn.Module:
+            """Load theta(lam) into ``work`` and fix its BatchNorm statistics."""
+            work.load_state_dict(lerp(state_a, state_b, lam))
+            if bn_mode == "reset":
+                reset_batchnorm(work, bn_inputs, **kw)
+            elif bn_mode == "repair":
+                repair(
+                    work,
+                    model_a,
+                    model_b_eval,
+                    lam,
+                    bn_inputs,
+                    stats_a=stats["a"],
+                    stats_b=stats["b"],
+                    **kw,
+                )
+            return work
+
+        loop_bs = batch_size or 1024
+        if reset_endpoints and bn_mode != "none":
+            z_a = _logits(prepare(0.0), x, loop_bs, device)
+            z_b = _logits(prepare(1.0), x, loop_bs, device)
+        else:
+            z_a = _logits(model_a, x, loop_bs, device)
+            z_b = _logits(model_b_eval, x, loop_bs, device)
+
+        interior = [lam for lam in grid if 0.0 < lam < 1.0]
+        logits: dict[float, torch.Tensor] = {0.0: z_a, 1.0: z_b}
+        rows: dict[float, dict[str, float]] = {}
+
+        def record(lam: float, z: torch.Tensor) -> None:
+            z_ens = z_a if lam == 0.0 else z_b if lam == 1.0 else (1.0 - lam) * z_a + lam * z_b
+            rows[lam] = metrics(z, z_ens)
+
+        for lam in (0.0, 1.0):
+            record(lam, logits[lam])
+        if method == "batched" and interior:
+            per_point = max(1, _state_bytes(state_a))
+            chunk = max(1, min(len(interior), max_stack_bytes // per_point))
+            chunks = [interior[i : i + chunk] for i in range(0, len(interior), chunk)]
+            for lams in progress(chunks, quiet=quiet, desc="path (batched)"):
+                bs = batch_size or max(64, 8192 // len(lams))
+                stacked = lerp_stack(state_a, state_b, lams)
+                try:
+                    z = _batched_logits(work, stacked, x, bs, device)
+                except (RuntimeError, NotImplementedError) as exc:
+                    if not (auto and not rows.keys() - {0.0, 1.0}):
+                        raise LmcError(
+                            f"batched path evaluation failed ({exc}); use method='loop'"
+                        ) from exc
+                    method = "loop"  # an operation torch.vmap cannot batch: fall back
+                    break
+                del stacked
+                for k, lam in enumerate(lams):
+                    record(lam, z[k])
+        if method == "loop":
+            for lam in progress(interior, quiet=quiet, desc=f"path (bn {bn_mode})"):
+                record(lam, _logits(prepare(lam), x, loop_bs, device))
+    finally:
+        for m, training in {**modes, **modes_b}.items():
+            m.training = training
+
+    cols: dict[str, list[float]] = {}
+    for lam in grid:
+        for key, value in rows[lam].items():
+            cols.setdefault(key, []).append(value)
+    n = len(y)
+    return PathResult(
+        lambdas=grid,
+        loss=cols["loss"],
+        accuracy=cols["accuracy"],
+        logit_norm=cols["logit_norm"],
+        ensemble_loss=cols["ensemble_loss"],
+        ensemble_accuracy=cols["ensemble_accuracy"],
+        inverse_temperature=cols.get("inverse_temperature"),
+        calibrated_loss=cols.get("calibrated_loss"),
+        heldout_loss=cols.get("heldout_loss"),
+        ensemble_inverse_temperature=cols.get("ensemble_inverse_temperature"),
+        ensemble_calibrated_loss=cols.get("ensemble_calibrated_loss"),
+        bn=bn_mode,
+        method=method,
+        calibrate=calibrate,
+        calibration_seed=calibration_seed if calibrate else None,
+        calibration_fraction=calibration_fraction if calibrate else None,
+        num_examples=n,
+        num_calibration=len(metrics.cal) if calibrate else None,
+        num_heldout=len(metrics.held) if calibrate else None,
+        added_lambdas=added,
+    )
