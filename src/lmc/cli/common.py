@@ -17,7 +17,7 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
         default="auto",
-        help="where to compute: cpu, cuda, cuda:N, mps or auto (default: auto = GPU if present)",
+        help="where to compute: cpu, cuda, cuda:N, mps, or auto (a GPU if present)",
     )
 
 

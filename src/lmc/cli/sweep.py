@@ -1,0 +1,106 @@
+"""Run an experiment described by a TOML file (or a packaged recipe name).
+
+The study expands into train -> merge (align, interpolate, analyse) jobs. Finished training
+runs come from the run store and finished merges from OUT/jobs, so an interrupted sweep
+resumes where it stopped and a larger grid runs only what is new. Writes results.csv,
+layers.csv, table1.csv, moments.json, spectra.json and study.json into OUT, then the report
+(report.md, report.html) unless --no-report. The report path is the last line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmc.experiments import list_recipes, load_study, make_executor, run_study
+
+from .common import add_data_options, add_device_option, add_runs_dir_option, emit_json
+
+
+def add_execution_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "ray"],
+        help="local: a process pool on this machine; ray: Ray tasks",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local: parallel processes (default: CPU cores; 1 = in-process "
+        "with progress per epoch); ray: CPUs of a locally started Ray",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="ray: address of an existing cluster (e.g. auto, ray://host:10001)",
+    )
+    parser.add_argument(
+        "--num-gpus", type=float, default=0.0, help="ray: GPUs per job (use with --device cuda)"
+    )
+    parser.add_argument("--no-report", action="store_true", help="do not write the report")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars or job lines")
+    parser.add_argument(
+        "--json", action="store_true", help="print study.json's contents as one JSON object"
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "study",
+        metavar="STUDY",
+        help="a study TOML file, or a packaged recipe: " + ", ".join(list_recipes()),
+    )
+    parser.add_argument("--out", default=None, help="output folder (default: results/<study name>)")
+    add_execution_options(parser)
+    add_runs_dir_option(parser)
+    add_data_options(parser)
+    add_device_option(parser)
+
+
+def execute(study: dict, text: str | None, out: Path, args: argparse.Namespace) -> dict:
+    """Run the study and (unless --no-report) write its report; shared with ``lmc demo``."""
+    from .common import device_from
+
+    device = str(device_from(args))
+    executor = make_executor(
+        args.executor, workers=args.workers, address=args.address, num_gpus=args.num_gpus
+    )
+    record = run_study(
+        study,
+        out,
+        executor=executor,
+        runs_dir=args.runs_dir,
+        device=device,
+        data_dir=args.data_dir,
+        download=args.download,
+        quiet=args.quiet,
+        toml_text=text,
+    )
+    if not args.no_report:
+        from lmc.report import write_report
+
+        written = write_report(out)
+        record["report_html"] = str(written["report_html"])
+        record["report_md"] = str(written["report_md"])
+    return record
+
+
+def finish(record: dict, out: Path, args: argparse.Namespace) -> int:
+    if args.json:
+        emit_json(record)
+        return 0
+    jobs = record["jobs"]
+    print(
+        f"{record['name']}: {jobs['total']} jobs ({jobs['run']} run, {jobs['reused']} reused) "
+        f"in {record['wall_seconds']:.0f} s; results in {out}"
+    )
+    print(record.get("report_html", out / "results.csv"))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    study, text = load_study(args.study)
+    out = Path(args.out or Path("results") / study["name"])
+    return finish(execute(study, text, out, args), out, args)

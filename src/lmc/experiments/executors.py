@@ -1,0 +1,129 @@
+"""Executors: where jobs run. ``local`` (a process pool, or in-process with one worker) and
+``ray`` (tasks on a Ray cluster, or a local one). Both run the same job function with one
+PyTorch thread per job (in-process: all threads), so results agree bit for bit on CPU."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+from lmc.config import LmcError
+
+from .jobs import Context, run_job
+
+Outcome = tuple[dict, dict | None, BaseException | None]
+
+
+def _worker_init(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _run_with_threads(job: dict, ctx: Context, threads: int) -> dict:
+    _worker_init(threads)
+    return run_job(job, ctx)
+
+
+class LocalExecutor:
+    """Runs jobs in this process (``workers=1``) or in a pool of ``workers`` processes."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = max(1, workers or os.cpu_count() or 1)
+
+    def map(self, jobs: list[dict], ctx: Context) -> Iterator[Outcome]:
+        """Yield ``(job, summary, error)`` as jobs finish (any order)."""
+        if self.workers == 1 or len(jobs) <= 1:
+            for job in jobs:
+                try:
+                    yield job, run_job(job, ctx), None
+                except Exception as exc:  # reported by the runner
+                    yield job, None, exc
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        threads = max(1, (os.cpu_count() or 1) // self.workers)
+        pool = ProcessPoolExecutor(
+            max_workers=min(self.workers, len(jobs)),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_init,
+            initargs=(threads,),
+        )
+        with pool:
+            futures = {pool.submit(run_job, job, ctx): job for job in jobs}
+            try:
+                for future in as_completed(futures):
+                    job = futures[future]
+                    try:
+                        yield job, future.result(), None
+                    except Exception as exc:
+                        yield job, None, exc
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
+
+class RayExecutor:
+    """Runs each job as a Ray task (one CPU, or ``num_gpus`` GPUs, each).
+
+    ``address`` is an existing cluster's address (``auto`` or ``ray://host:port``); without it a
+    local Ray instance is started (and stopped afterwards).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self, address: str | None = None, num_gpus: float = 0.0, num_cpus: int | None = None
+    ) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise LmcError(
+                "the ray executor needs Ray: pip install 'lmc[ray]' (or pip install ray)"
+            ) from exc
+        self.ray = ray
+        self.address = address
+        self.num_gpus = num_gpus
+        self.num_cpus = num_cpus
+
+    def map(self, jobs: list[dict], ctx: Context) -> Iterator[Outcome]:
+        ray = self.ray
+        started_here = not ray.is_initialized()
+        if started_here:
+            kwargs = (
+                {"address": self.address}
+                if self.address
+                else {"num_cpus": self.num_cpus or os.cpu_count(), "include_dashboard": False}
+            )
+            ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
+        try:
+            task = ray.remote(num_cpus=1, num_gpus=self.num_gpus)(_run_with_threads)
+            pending = {task.remote(job, ctx, 1): job for job in jobs}
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(done[0])
+                try:
+                    yield job, ray.get(done[0]), None
+                except Exception as exc:
+                    yield job, None, exc
+        finally:
+            if started_here:
+                ray.shutdown()
+
+
+def make_executor(
+    name: str, *, workers: int | None = None, address: str | None = None, num_gpus: float = 0.0
+) -> LocalExecutor | RayExecutor:
+    if name == "local":
+        return LocalExecutor(workers)
+    if name == "ray":
+        return RayExecutor(address=address, num_gpus=num_gpus, num_cpus=workers)
+    raise LmcError(f"unknown executor {name!r}: use local or ray")
+
+
+Executor = LocalExecutor | RayExecutor
+ProgressFn = Callable[[dict, dict], None]

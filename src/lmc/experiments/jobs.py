@@ -1,0 +1,262 @@
+"""A study as a graph of jobs: train (one run each) -> merge (align, interpolate, analyse).
+
+Jobs are plain dicts (JSON-able, so any executor can ship them) and the job functions are
+pure functions of the job and a context; a finished job is found again and not redone:
+training runs live in the run store (named by their config hash), merge results in
+``<out>/jobs/<job id>.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmc.config import LmcError, config_hash, resolve_device
+from lmc.data import Dataset, load
+from lmc.store import RunStore, read_json, write_json
+from lmc.train import make_config, spawn_config, train_run
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where and how jobs run (nothing here changes a result)."""
+
+    runs_dir: str
+    out_dir: str
+    device: str = "cpu"
+    data_dir: str | None = None
+    download: bool = False
+    quiet: bool = True
+
+    def jobs_dir(self) -> Path:
+        return Path(self.out_dir) / "jobs"
+
+
+def model_options(study: dict[str, Any], width: float) -> dict[str, Any]:
+    options = {k: v for k, v in study["model"].items() if k != "name"}
+    options["width"] = int(width) if study["model"]["name"] == "mlp" else float(width)
+    return options
+
+
+def train_configs(
+    study: dict[str, Any], data: Dataset, width: float, weight_decay: float, pair: int
+) -> tuple[dict, dict]:
+    """The configs of pair ``pair``'s two models at ``width`` and ``weight_decay``.
+
+    Independent training (``spawn_epoch`` 0): A uses seed + 2p for init and data order, B uses
+    seed + 2p + 1. Spawning (K > 0): a parent with seed + p is trained K epochs, then A and B
+    continue with data seeds 1000 + seed + 2p and 1000 + seed + 2p + 1.
+    """
+    sweep = study["sweep"]
+    recipe = {**study["train"], "weight_decay": float(weight_decay)}
+    dataset, options = study["data"]["dataset"], study["data"]["options"]
+    model = study["model"]["name"]
+
+    def config(seed: int) -> dict:
+        return make_config(
+            dataset,
+            model,
+            model_options(study, width),
+            options,
+            data=data,
+            init_seed=seed,
+            data_seed=seed,
+            **recipe,
+        )
+
+    base = sweep["seed"]
+    if sweep["spawn_epoch"] == 0:
+        return config(base + 2 * pair), config(base + 2 * pair + 1)
+    parent = config(base + pair)
+    k = sweep["spawn_epoch"]
+    return (
+        spawn_config(parent, k, 1000 + base + 2 * pair),
+        spawn_config(parent, k, 1000 + base + 2 * pair + 1),
+    )
+
+
+def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]]:
+    """The study's train jobs and merge jobs (each merge job names its two train configs)."""
+    train_jobs: dict[str, dict] = {}
+    merge_jobs: list[dict] = []
+    sweep = study["sweep"]
+    for weight_decay in sweep["weight_decays"]:
+        for width in sweep["widths"]:
+            for pair in range(sweep["pairs"]):
+                config_a, config_b = train_configs(study, data, width, weight_decay, pair)
+                labels = {"width": width, "weight_decay": weight_decay, "pair": pair}
+                for side, config in (("A", config_a), ("B", config_b)):
+                    key = config_hash(config)
+                    train_jobs.setdefault(
+                        key,
+                        {
+                            "type": "train",
+                            "id": key,
+                            "config": config,
+                            "labels": {**labels, "model": side},
+                        },
+                    )
+                for method in study["merge"]["methods"]:
+                    job = {
+                        "type": "merge",
+                        "run_a": config_a,
+                        "run_b": config_b,
+                        "method": method,
+                        "split": study["data"]["split"],
+                        "merge": study["merge"],
+                        "analysis": study["analysis"],
+                        "labels": {**labels, "method": method},
+                    }
+                    job["id"] = f"merge-{config_hash(job)}"
+                    merge_jobs.append(job)
+    return list(train_jobs.values()), merge_jobs
+
+
+def describe(job: dict) -> str:
+    labels = job["labels"]
+    text = f"width {labels['width']:g} wd {labels['weight_decay']:g} pair {labels['pair']}"
+    if job["type"] == "train":
+        return f"train {text} model {labels['model']}"
+    return f"merge {text} method {labels['method']}"
+
+
+def is_done(job: dict, ctx: Context) -> bool:
+    if job["type"] == "train":
+        return RunStore(ctx.runs_dir).is_finished(job["config"])
+    return (ctx.jobs_dir() / f"{job['id']}.json").exists()
+
+
+_DATA_CACHE: dict[str, Dataset] = {}
+
+
+def _dataset(config: dict, ctx: Context) -> Dataset:
+    key = config_hash([config["dataset"], config.get("dataset_options", {}), ctx.device])
+    if key not in _DATA_CACHE:
+        _DATA_CACHE[key] = load(
+            config["dataset"],
+            data_dir=ctx.data_dir,
+            device=ctx.device,
+            download=ctx.download,
+            **config.get("dataset_options", {}),
+        )
+    return _DATA_CACHE[key]
+
+
+def run_job(job: dict, ctx: Context) -> dict[str, Any]:
+    """Run one job (or find it done); return a small summary for progress reporting."""
+    start = time.perf_counter()
+    if job["type"] == "train":
+        data = _dataset(job["config"], ctx)
+        run, reused = train_run(
+            job["config"],
+            store=RunStore(ctx.runs_dir),
+            device=resolve_device(ctx.device),
+            quiet=ctx.quiet,
+            data=data,
+        )
+        return {
+            "id": job["id"],
+            "reused": reused,
+            "run_dir": str(run.path),
+            "seconds": time.perf_counter() - start,
+        }
+    path = ctx.jobs_dir() / f"{job['id']}.json"
+    if path.exists():
+        return {"id": job["id"], "reused": True, "seconds": 0.0}
+    result = merge_job(job, ctx)
+    result["seconds"] = time.perf_counter() - start
+    write_json(path, result)
+    return {"id": job["id"], "reused": False, "seconds": result["seconds"]}
+
+
+def load_job_result(job: dict, ctx: Context) -> dict[str, Any]:
+    return read_json(ctx.jobs_dir() / f"{job['id']}.json")
+
+
+def _subset(n: int, k: int, seed: int) -> torch.Tensor:
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return order[: min(n, k)].sort().values
+
+
+def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
+    """Align (unless method ``none``), evaluate the path, analyse layer by layer."""
+    from lmc.analysis import analyze
+    from lmc.metrics import evaluate_path
+
+    store = RunStore(ctx.runs_dir)
+    run_a, run_b = store.find(job["run_a"]), store.find(job["run_b"])
+    if run_a is None or run_b is None:
+        raise LmcError(f"{describe(job)}: its trained runs are missing from {ctx.runs_dir}")
+    device = resolve_device(ctx.device)
+    data = _dataset(run_a.config, ctx)
+    model_a, model_b = run_a.build_model(device), run_b.build_model(device)
+    x, y = data.split(job["split"])
+    merge, method = job["merge"], job["method"]
+    state_b, align_info = None, None
+    if method != "none":
+        from lmc.perm import align
+
+        idx = _subset(len(data.x_train), merge["align_examples"], merge["align_seed"]).to(
+            data.x_train.device
+        )
+        settings = {"steps": merge["ste_steps"]} if method == "ste" else {}
+        aligned = align(
+            method,
+            model_a,
+            model_b,
+            inputs=data.x_train[idx],
+            labels=data.y_train[idx],
+            seed=merge["align_seed"],
+            quiet=True,
+            **settings,
+        )
+        state_b, align_info = aligned.state_dict, aligned.info
+    path = evaluate_path(
+        model_a,
+        model_b,
+        x,
+        y,
+        merge["lambdas"],
+        bn=merge["bn"],
+        bn_inputs=data.x_train,
+        calibrate=merge["calibrate"],
+        calibration_seed=merge["calibration_seed"],
+        state_b=state_b,
+    )
+    result: dict[str, Any] = {
+        "labels": job["labels"],
+        "runs": {"a": run_a.name, "b": run_b.name},
+        "endpoint_test_accuracy": [
+            run_a.metrics.get("final_test_accuracy"),
+            run_b.metrics.get("final_test_accuracy"),
+        ],
+        "path": path.to_dict(),
+        "barriers": path.barriers(),
+        "align": align_info,
+    }
+    analysis = job["analysis"]
+    if analysis["enabled"]:
+        found = analyze(
+            model_a,
+            model_b,
+            x,
+            analysis["lambdas"],
+            max_examples=analysis["max_examples"],
+            state_b=state_b,
+            quiet=True,
+        )
+        result["layers"] = found.records
+        if method == "none":
+            result["moments"] = {
+                name: {k: v.tolist() for k, v in sides.items()}
+                for name, sides in found.moments.items()
+            }
+            result["spectra"] = {
+                name: {k: v.tolist() for k, v in sides.items()}
+                for name, sides in found.spectra.items()
+            }
+    return result

@@ -1,0 +1,233 @@
+"""The tidy results of a study, and its Table-1-style summary.
+
+Files written into the study's output folder:
+- ``results.csv`` (and ``results.parquet`` when pyarrow is installed): one row per
+  (width, weight_decay, pair, method, lam) with the path metrics and, repeated on each row
+  of a path, its barriers (SCIENCE.md names; accuracy as a fraction);
+- ``layers.csv``: one row per (width, weight_decay, pair, method, lam, layer) with the
+  layerwise analysis (``lmc.analysis`` record keys);
+- ``moments.json`` / ``spectra.json``: per-unit root second moments and singular values of
+  each layer of A and B (method ``none`` only: permutations do not change them);
+- ``table1.csv``: midpoint (lam = 1/2) summary per (width, weight_decay, method), mean and
+  sample standard deviation over pairs, in the shape of the width paper's Table 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmc.store import atomic_path, write_json
+
+KEY_COLUMNS = ["width", "weight_decay", "pair", "method"]
+PATH_COLUMNS = [
+    "loss", "accuracy", "calibrated_loss", "inverse_temperature", "ensemble_loss",
+    "ensemble_accuracy", "ensemble_calibrated_loss", "ensemble_inverse_temperature",
+    "logit_norm",
+]  # fmt: skip
+BARRIER_COLUMNS = [
+    "loss_barrier", "midpoint_loss_barrier", "max_minus_mean_loss", "accuracy_barrier",
+    "midpoint_accuracy_barrier", "calibrated_loss_barrier", "calibrated_midpoint_loss_barrier",
+    "calibrated_max_minus_mean_loss",
+]  # fmt: skip
+RESULT_COLUMNS = [
+    "dataset",
+    "model",
+    *KEY_COLUMNS,
+    "lam",
+    "split",
+    "bn",
+    *PATH_COLUMNS,
+    *BARRIER_COLUMNS,
+]
+LAYER_ID_COLUMNS = [*KEY_COLUMNS, "lam", "layer", "name", "kind"]
+TABLE1_COLUMNS = [
+    "width", "weight_decay", "method", "pairs", "endpoint_accuracy_mean",
+    "merged_accuracy_mean", "merged_accuracy_std", "ensemble_accuracy_mean",
+    "midpoint_accuracy_barrier_mean", "midpoint_accuracy_barrier_std",
+    "midpoint_loss_barrier_mean", "midpoint_loss_barrier_std",
+    "calibrated_midpoint_loss_barrier_mean", "calibrated_midpoint_loss_barrier_std",
+    "inverse_temperature_mean", "ensemble_inverse_temperature_mean",
+]  # fmt: skip
+
+
+def _number(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else str(value)
+    return value
+
+
+def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Write rows with the given columns first (then any other keys, sorted), atomically."""
+    extra = sorted({k for row in rows for k in row} - set(columns))
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*columns, *extra], extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _number(v) for k, v in row.items()})
+
+
+def read_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Read a CSV written by :func:`write_csv`, turning numeric cells into floats/ints."""
+
+    def convert(value: str) -> Any:
+        if value == "":
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return (
+            int(number) if number.is_integer() and "." not in value and "e" not in value else number
+        )
+
+    with open(path, newline="") as handle:
+        return [{k: convert(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One results.csv row per lam of one merge job's path."""
+    path, labels = result["path"], result["labels"]
+    rows = []
+    for i, lam in enumerate(path["lambdas"]):
+        row = {
+            "dataset": study["data"]["dataset"],
+            "model": study["model"]["name"],
+            **{k: labels[k] for k in KEY_COLUMNS},
+            "lam": lam,
+            "split": study["data"]["split"],
+            "bn": path["bn"],
+        }
+        for column in PATH_COLUMNS:
+            values = path.get(column)
+            row[column] = None if values is None else values[i]
+        row.update({k: result["barriers"].get(k) for k in BARRIER_COLUMNS})
+        rows.append(row)
+    return rows
+
+
+def layer_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    labels = result["labels"]
+    return [
+        {**{k: labels[k] for k in KEY_COLUMNS}, **record} for record in result.get("layers", [])
+    ]
+
+
+def unit_records(result: dict[str, Any], field: str, key: str) -> list[dict[str, Any]]:
+    """moments.json / spectra.json entries of one merge job (empty unless method none)."""
+    labels = result["labels"]
+    layer_of = {r["name"]: r["layer"] for r in result.get("layers", [])}
+    out = []
+    for name, sides in (result.get(field) or {}).items():
+        for side, values in sides.items():
+            out.append(
+                {
+                    "width": labels["width"],
+                    "weight_decay": labels["weight_decay"],
+                    "pair": labels["pair"],
+                    "layer": layer_of.get(name),
+                    "name": name,
+                    "model": side,
+                    key: values,
+                }
+            )
+    return out
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    clean = [v for v in values if v is not None and math.isfinite(v)]
+    if not clean:
+        return None, None
+    std = float(np.std(clean, ddof=1)) if len(clean) > 1 else 0.0
+    return float(np.mean(clean)), std
+
+
+def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The width paper's Table 1 from results rows: per (width, weight_decay, method), at
+    lam = 1/2, mean and sample std (ddof 1; 0 for one pair) over pairs. The endpoint accuracy
+    of a pair is the mean of its lam = 0 and lam = 1 accuracies. Accuracies are fractions;
+    barriers in the units of SCIENCE.md (a drop in accuracy is a positive barrier)."""
+    paths: dict[tuple, dict[str, Any]] = defaultdict(dict)
+    for row in rows:
+        key = (row["width"], row["weight_decay"], row["method"], row["pair"])
+        lam = float(row["lam"])
+        if lam in (0.0, 1.0):
+            paths[key].setdefault("ends", []).append(row["accuracy"])
+        if abs(lam - 0.5) < 1e-9:
+            paths[key]["mid"] = row
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for (width, wd, method, _pair), entry in paths.items():
+        if "mid" in entry:
+            groups[(width, wd, method)].append(entry)
+    table = []
+    for (width, wd, method), entries in sorted(
+        groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])
+    ):
+
+        def column(name: str, entries=entries) -> list[float]:
+            return [e["mid"].get(name) for e in entries]
+
+        record: dict[str, Any] = {
+            "width": width,
+            "weight_decay": wd,
+            "method": method,
+            "pairs": len(entries),
+        }
+        record["endpoint_accuracy_mean"] = _mean_std(
+            [float(np.mean(e["ends"])) for e in entries if e.get("ends")]
+        )[0]
+        record["merged_accuracy_mean"], record["merged_accuracy_std"] = _mean_std(
+            column("accuracy")
+        )
+        record["ensemble_accuracy_mean"] = _mean_std(column("ensemble_accuracy"))[0]
+        for name in (
+            "midpoint_accuracy_barrier",
+            "midpoint_loss_barrier",
+            "calibrated_midpoint_loss_barrier",
+        ):
+            record[f"{name}_mean"], record[f"{name}_std"] = _mean_std(column(name))
+        record["inverse_temperature_mean"] = _mean_std(column("inverse_temperature"))[0]
+        record["ensemble_inverse_temperature_mean"] = _mean_std(
+            column("ensemble_inverse_temperature")
+        )[0]
+        table.append(record)
+    return table
+
+
+def write_results(
+    out_dir: str | Path, study: dict[str, Any], results: list[dict[str, Any]]
+) -> dict[str, Path]:
+    """Write every results file of a study from its merge-job results; return their paths."""
+    out = Path(out_dir)
+    rows = [row for result in results for row in path_rows(study, result)]
+    layers = [row for result in results for row in layer_rows(result)]
+    paths = {"results": out / "results.csv", "table1": out / "table1.csv"}
+    write_csv(paths["results"], rows, RESULT_COLUMNS)
+    write_csv(paths["table1"], table1(rows), TABLE1_COLUMNS)
+    if layers:
+        paths["layers"] = out / "layers.csv"
+        write_csv(paths["layers"], layers, LAYER_ID_COLUMNS)
+    for field, key in (("moments", "values"), ("spectra", "singular_values")):
+        entries = [e for result in results for e in unit_records(result, field, key)]
+        if entries:
+            paths[field] = out / f"{field}.json"
+            write_json(paths[field], entries)
+    try:
+        import pyarrow
+        import pyarrow.parquet as pq
+
+        table = pyarrow.Table.from_pylist([{k: row.get(k) for k in RESULT_COLUMNS} for row in rows])
+        with atomic_path(out / "results.parquet") as tmp:
+            pq.write_table(table, tmp)
+        paths["parquet"] = out / "results.parquet"
+    except ImportError:
+        pass
+    return paths

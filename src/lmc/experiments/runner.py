@@ -1,0 +1,134 @@
+"""Run a study: expand it into jobs, run what is not done yet, write the tidy results."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from lmc.config import LmcError, environment_info
+from lmc.data import load
+from lmc.store import default_runs_dir, write_json, write_text
+
+from .executors import Executor, LocalExecutor
+from .jobs import Context, describe, expand, is_done, load_job_result
+from .results import write_results
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_study(
+    study: dict[str, Any],
+    out_dir: str | Path,
+    *,
+    executor: Executor | None = None,
+    runs_dir: str | Path | None = None,
+    device: str = "cpu",
+    data_dir: str | None = None,
+    download: bool = False,
+    quiet: bool = False,
+    toml_text: str | None = None,
+) -> dict[str, Any]:
+    """Run ``study`` (a resolved study, see :mod:`lmc.experiments.study`) into ``out_dir``.
+
+    Finished training runs (in the run store) and finished merge jobs (in ``out_dir/jobs``)
+    are reused, so an interrupted study resumes where it stopped and a larger grid only runs
+    what is new. Returns the contents of ``study.json``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    executor = executor or LocalExecutor()
+    workers = getattr(executor, "workers", 2)
+    ctx = Context(
+        runs_dir=str(runs_dir or default_runs_dir()),
+        out_dir=str(out),
+        device=device,
+        data_dir=data_dir,
+        download=download,
+        quiet=quiet or workers > 1,
+    )
+    started, wall = _now(), time.perf_counter()
+    data = load(
+        study["data"]["dataset"], data_dir=data_dir, download=download, **study["data"]["options"]
+    )
+    train_jobs, merge_jobs = expand(study, data)
+    del data
+    if toml_text is not None:
+        write_text(out / "study.toml", toml_text)
+    record: dict[str, Any] = {
+        "name": study["name"],
+        "description": study["description"],
+        "config": study,
+        "environment": environment_info(device),
+        "executor": executor.name,
+        "workers": workers,
+        "runs_dir": ctx.runs_dir,
+        "started": started,
+    }
+    write_json(out / "study.json", {**record, "status": "running"})
+
+    counts = {"total": len(train_jobs) + len(merge_jobs), "reused": 0, "run": 0}
+    bar = tqdm(
+        total=counts["total"],
+        desc="sweep",
+        unit="job",
+        file=sys.stderr,
+        disable=quiet,
+        dynamic_ncols=True,
+    )
+    failures: list[str] = []
+    for phase in (train_jobs, merge_jobs):
+        pending = []
+        for job in phase:
+            if job["type"] == "merge" and any(f.startswith(_pair_key(job)) for f in failures):
+                bar.update(1)
+                continue
+            if is_done(job, ctx):
+                counts["reused"] += 1
+                bar.update(1)
+            else:
+                pending.append(job)
+        for job, summary, error in executor.map(pending, ctx):
+            bar.update(1)
+            if error is not None:
+                failures.append(f"{_pair_key(job)} {describe(job)}: {error}")
+                bar.write(f"failed: {describe(job)}: {error}", file=sys.stderr)
+                continue
+            counts["reused" if summary.get("reused") else "run"] += 1
+            if not quiet:
+                bar.write(
+                    f"done: {describe(job)} ({summary['seconds']:.1f} s"
+                    f"{', reused' if summary.get('reused') else ''})",
+                    file=sys.stderr,
+                )
+    bar.close()
+    if failures:
+        write_json(out / "study.json", {**record, "status": "failed", "failures": failures})
+        raise LmcError(
+            f"{len(failures)} job(s) failed; the first: {failures[0]} "
+            "(fix it and re-run: finished jobs are kept)"
+        )
+    results = [load_job_result(job, ctx) for job in merge_jobs]
+    files = write_results(out, study, results)
+    record.update(
+        {
+            "status": "finished",
+            "finished": _now(),
+            "wall_seconds": time.perf_counter() - wall,
+            "jobs": counts,
+            "files": {k: str(v.name) for k, v in files.items()},
+        }
+    )
+    write_json(out / "study.json", record)
+    return record
+
+
+def _pair_key(job: dict) -> str:
+    labels = job["labels"]
+    return f"[{labels['width']}|{labels['weight_decay']}|{labels['pair']}]"

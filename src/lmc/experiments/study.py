@@ -1,0 +1,261 @@
+"""Declarative studies: a TOML file describing a width x weight-decay x pairs x methods grid.
+
+Every key is checked: an unknown key or a wrong type is an ``LmcError`` naming it. The
+resolved study (defaults filled in) is what gets recorded beside the results.
+
+    name = "lewc-digits-mlp"
+    description = "..."
+
+    [data]
+    dataset = "digits"        # any lmc.data name
+    options = {}              # dataset options (synthetic sizes, ...)
+    split = "test"            # the split merges are evaluated and analysed on
+
+    [model]
+    name = "mlp"              # mlp, vgg11, vgg16, resnet20
+    depth = 3                 # any other model option except width/input size/classes
+    norm = "none"
+
+    [sweep]
+    widths = [16, 64, 256, 1024]     # MLP hidden units or CNN channel multipliers
+    weight_decays = [3e-3, 1e-4]
+    pairs = 2                        # independent pairs (A, B) per width and weight decay
+    spawn_epoch = 0                  # 0: independent training; K > 0: spawn A and B from one
+                                     # run after K epochs (Frankle et al.)
+    seed = 0                         # pair p trains A with seed + 2p, B with seed + 2p + 1
+
+    [train]                          # lmc.train.TrainSettings except seeds and weight decay
+    epochs = 30
+
+    [merge]
+    methods = ["none", "weight"]     # none, weight, activation, ste, random
+    lambdas = 11                     # number of grid points, or a list
+    calibrate = true
+    calibration_seed = 0
+    bn = "auto"                      # auto, reset, repair, none
+    align_seed = 0
+    align_examples = 2000            # training examples used by activation matching / STE
+
+    [analysis]
+    enabled = true
+    lambdas = [0.5]
+    max_examples = 2000
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from lmc.config import LmcError
+from lmc.data import DATASETS
+from lmc.models import MODELS
+from lmc.train import TrainSettings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+METHODS = ("none", "weight", "activation", "ste", "random")
+BN_MODES = ("auto", "reset", "repair", "none")
+_TRAIN_KEYS = {f.name for f in fields(TrainSettings)} - {"init_seed", "data_seed", "weight_decay"}
+
+# section -> key -> (allowed types, default). A default of ... means required.
+SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
+    "": {"name": ((str,), "study"), "description": ((str,), "")},
+    "data": {"dataset": ((str,), ...), "options": ((dict,), {}), "split": ((str,), "test")},
+    "sweep": {
+        "widths": ((list,), ...),
+        "weight_decays": ((list,), [3e-3]),
+        "pairs": ((int,), 2),
+        "spawn_epoch": ((int,), 0),
+        "seed": ((int,), 0),
+    },
+    "merge": {
+        "methods": ((list,), ["none", "weight"]),
+        "lambdas": ((int, list), 11),
+        "calibrate": ((bool,), True),
+        "calibration_seed": ((int,), 0),
+        "bn": ((str,), "auto"),
+        "align_seed": ((int,), 0),
+        "align_examples": ((int,), 2000),
+        "ste_steps": ((int,), 200),
+    },
+    "analysis": {
+        "enabled": ((bool,), True),
+        "lambdas": ((list, float, int), [0.5]),
+        "max_examples": ((int,), 2000),
+    },
+}
+SECTIONS = ("data", "model", "sweep", "train", "merge", "analysis")
+
+
+def _where(source: str | None) -> str:
+    return f" in {source}" if source else ""
+
+
+def _check_type(key: str, value: Any, types: tuple[type, ...], source: str | None) -> None:
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if float in types and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        names = " or ".join(t.__name__ for t in types)
+        raise LmcError(f"key {key!r}{_where(source)} must be {names}, got {value!r}")
+
+
+def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+    """Check a parsed study against the schema and fill in defaults; return the resolved study."""
+    raw = copy.deepcopy(raw)
+    study: dict[str, Any] = {}
+    for key in raw:
+        if key not in SECTIONS and key not in SCHEMA[""]:
+            known = ", ".join([*SCHEMA[""], *SECTIONS])
+            raise LmcError(f"unknown key {key!r}{_where(source)}; top-level keys are {known}")
+    for key, (types, default) in SCHEMA[""].items():
+        study[key] = raw.get(key, default)
+        _check_type(key, study[key], types, source)
+    for section in SECTIONS:
+        given = raw.get(section, {})
+        if not isinstance(given, dict):
+            raise LmcError(f"{section!r}{_where(source)} must be a table ([{section}])")
+        if section == "model":
+            study["model"] = _resolve_model(given, source)
+            continue
+        if section == "train":
+            unknown = set(given) - _TRAIN_KEYS
+            if unknown:
+                key = sorted(unknown)[0]
+                raise LmcError(
+                    f"unknown key 'train.{key}'{_where(source)}; known: "
+                    f"{', '.join(sorted(_TRAIN_KEYS))} (weight decays and seeds "
+                    "are set in [sweep])"
+                )
+            TrainSettings.from_dict(given)  # type and value checks
+            study["train"] = given
+            continue
+        resolved = {}
+        for key in given:
+            if key not in SCHEMA[section]:
+                raise LmcError(
+                    f"unknown key '{section}.{key}'{_where(source)}; known: "
+                    f"{', '.join(SCHEMA[section])}"
+                )
+        for key, (types, default) in SCHEMA[section].items():
+            if key not in given and default is ...:
+                raise LmcError(f"missing key '{section}.{key}'{_where(source)}")
+            value = given.get(key, copy.deepcopy(default))
+            _check_type(f"{section}.{key}", value, types, source)
+            resolved[key] = value
+        study[section] = resolved
+    _check_values(study, source)
+    return study
+
+
+def _resolve_model(given: dict[str, Any], source: str | None) -> dict[str, Any]:
+    name = given.get("name")
+    if name is None:
+        raise LmcError(f"missing key 'model.name'{_where(source)}; one of {', '.join(MODELS)}")
+    if name not in MODELS:
+        raise LmcError(f"unknown model {name!r}{_where(source)}: choose one of {', '.join(MODELS)}")
+    options = {k: v for k, v in given.items() if k != "name"}
+    for key in ("width", "input_size", "in_channels", "num_classes"):
+        if key in options:
+            raise LmcError(
+                f"key 'model.{key}'{_where(source)} is set by lmc (widths go in "
+                "[sweep] widths; sizes come from the dataset)"
+            )
+    from lmc.models import _OPTIONS  # the model's option names
+
+    for key in options:
+        if key not in _OPTIONS[name]:
+            known = sorted(_OPTIONS[name] - {"width", "input_size", "in_channels", "num_classes"})
+            raise LmcError(
+                f"unknown key 'model.{key}'{_where(source)} for {name}; known: {', '.join(known)}"
+            )
+    options.setdefault("norm", "none" if name == "mlp" else "batch")
+    return {"name": name, **options}
+
+
+def _check_values(study: dict[str, Any], source: str | None) -> None:
+    where = _where(source)
+    if study["data"]["dataset"] not in DATASETS:
+        raise LmcError(
+            f"unknown dataset {study['data']['dataset']!r}{where}: "
+            f"choose one of {', '.join(DATASETS)}"
+        )
+    if study["data"]["split"] not in ("train", "test"):
+        raise LmcError(f"'data.split'{where} must be train or test")
+    sweep = study["sweep"]
+    if not sweep["widths"] or not all(
+        isinstance(w, (int, float)) and w > 0 for w in sweep["widths"]
+    ):
+        raise LmcError(f"'sweep.widths'{where} must be a non-empty list of positive numbers")
+    if study["model"]["name"] == "mlp" and not all(float(w).is_integer() for w in sweep["widths"]):
+        raise LmcError(f"'sweep.widths'{where}: MLP widths are numbers of hidden units (integers)")
+    if not sweep["weight_decays"] or not all(
+        isinstance(w, (int, float)) and w >= 0 for w in sweep["weight_decays"]
+    ):
+        raise LmcError(f"'sweep.weight_decays'{where} must be a non-empty list of numbers >= 0")
+    if sweep["pairs"] < 1:
+        raise LmcError(f"'sweep.pairs'{where} must be at least 1")
+    if sweep["spawn_epoch"] < 0:
+        raise LmcError(f"'sweep.spawn_epoch'{where} must be >= 0")
+    epochs = study["train"].get("epochs", TrainSettings().epochs)
+    if sweep["spawn_epoch"] > epochs:
+        raise LmcError(f"'sweep.spawn_epoch'{where} exceeds the {epochs} training epochs")
+    merge = study["merge"]
+    for method in merge["methods"]:
+        if method not in METHODS:
+            raise LmcError(
+                f"unknown merge method {method!r} in 'merge.methods'{where}: "
+                f"choose from {', '.join(METHODS)}"
+            )
+    if not merge["methods"]:
+        raise LmcError(f"'merge.methods'{where} is empty")
+    if merge["bn"] not in BN_MODES:
+        raise LmcError(f"'merge.bn'{where} must be one of {', '.join(BN_MODES)}")
+    if isinstance(merge["lambdas"], int) and merge["lambdas"] < 2:
+        raise LmcError(f"'merge.lambdas'{where} must be at least 2 points or a list")
+    lams = study["analysis"]["lambdas"]
+    study["analysis"]["lambdas"] = [float(v) for v in (lams if isinstance(lams, list) else [lams])]
+    if not all(0.0 <= v <= 1.0 for v in study["analysis"]["lambdas"]):
+        raise LmcError(f"'analysis.lambdas'{where} must lie in [0, 1]")
+
+
+def load_study(path_or_name: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    """Read and resolve a study: a TOML file, or the name of a packaged recipe.
+
+    Returns ``(resolved study, TOML text)``.
+    """
+    path = Path(path_or_name)
+    if not path.exists():
+        packaged = recipe_path(str(path_or_name))
+        if packaged is None:
+            raise LmcError(
+                f"{path} does not exist (and is not a packaged recipe: {', '.join(list_recipes())})"
+            )
+        path = packaged
+    text = path.read_text()
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LmcError(f"{path} is not valid TOML: {exc}") from exc
+    return resolve(raw, source=str(path)), text
+
+
+def recipes_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "recipes"
+
+
+def list_recipes() -> list[str]:
+    return sorted(p.stem for p in recipes_dir().glob("*.toml"))
+
+
+def recipe_path(name: str) -> Path | None:
+    candidate = recipes_dir() / (name if name.endswith(".toml") else f"{name}.toml")
+    return candidate if candidate.exists() else None
