@@ -1,0 +1,79 @@
+"""Small real sweeps: resume after an interruption, and local vs Ray executors."""
+
+import importlib.util
+
+import pytest
+
+from lmc.experiments import LocalExecutor, read_csv, resolve, run_study
+from lmc.experiments.jobs import run_job
+
+TINY = {
+    "name": "tiny",
+    "data": {"dataset": "digits"},
+    "model": {"name": "mlp", "depth": 2},
+    "sweep": {"widths": [8, 16], "weight_decays": [3e-3], "pairs": 1},
+    "train": {"epochs": 2},
+    "merge": {"methods": ["none", "weight"], "lambdas": 5},
+    "analysis": {"max_examples": 128},
+}
+
+
+class InterruptingExecutor(LocalExecutor):
+    """Runs jobs in-process and raises KeyboardInterrupt after ``limit`` jobs."""
+
+    def __init__(self, limit):
+        super().__init__(workers=1)
+        self.limit, self.done = limit, 0
+
+    def map(self, jobs, ctx):
+        for job in jobs:
+            if self.done == self.limit:
+                raise KeyboardInterrupt
+            self.done += 1
+            yield job, run_job(job, ctx), None
+
+
+def test_interrupted_sweep_resumes_without_retraining(tmp_path):
+    study = resolve(TINY)
+    runs = tmp_path / "runs"
+    with pytest.raises(KeyboardInterrupt):
+        run_study(
+            study, tmp_path / "out", executor=InterruptingExecutor(3), runs_dir=runs, quiet=True
+        )
+    finished = {p: p.stat().st_mtime_ns for p in runs.glob("*/model.safetensors")}
+    assert len(finished) == 3
+    record = run_study(
+        study, tmp_path / "out", executor=LocalExecutor(1), runs_dir=runs, quiet=True
+    )
+    assert record["jobs"] == {"total": 8, "reused": 3, "run": 5}
+    for path, mtime in finished.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was retrained"
+    rows = read_csv(tmp_path / "out" / "results.csv")
+    assert len(rows) == 2 * 2 * 5  # widths x methods x lambdas
+    assert {r["method"] for r in rows} == {"none", "weight"}
+    again = run_study(study, tmp_path / "out", executor=LocalExecutor(1), runs_dir=runs, quiet=True)
+    assert again["jobs"]["run"] == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def test_local_and_ray_executors_agree(tmp_path):
+    from lmc.experiments import RayExecutor
+
+    study = resolve({**TINY, "merge": {"methods": ["none"], "lambdas": 5}})
+    local = run_study(
+        study,
+        tmp_path / "local",
+        executor=LocalExecutor(2),
+        runs_dir=tmp_path / "runs-local",
+        quiet=True,
+    )
+    ray = run_study(
+        study,
+        tmp_path / "ray",
+        executor=RayExecutor(num_cpus=2),
+        runs_dir=tmp_path / "runs-ray",
+        quiet=True,
+    )
+    assert local["executor"] == "local" and ray["executor"] == "ray"
+    for name in ("results.csv", "layers.csv", "table1.csv"):
+        assert (tmp_path / "local" / name).read_text() == (tmp_path / "ray" / name).read_text()
