@@ -43,6 +43,7 @@ from lmc.models import ProbePoint
 from .accumulators import (
     CommutativityStats,
     EndpointStats,
+    FeatureGram,
     LewcStats,
     LlfcStats,
     LogitNormStats,
@@ -51,6 +52,7 @@ from .accumulators import (
     SecondMomentStats,
     WeakAdditivityStats,
     example_rows,
+    row_dots,
     to_stat,
     unit_rows,
 )
@@ -177,6 +179,18 @@ def activation_function(module: nn.Module) -> Callable[[torch.Tensor], torch.Ten
 
 
 @dataclass
+class _Batch:
+    """What one batch's λ-free update hands to the merged models' updates of that batch."""
+
+    f_a: torch.Tensor
+    f_b: torch.Tensor
+    aa: torch.Tensor  # per-example ⟨f_A, f_A⟩
+    ab: torch.Tensor
+    bb: torch.Tensor
+    wa_za: torch.Tensor | None = None  # W_A z_A as unit rows (layers with a weight)
+
+
+@dataclass
 class _MergedStats:
     lewc: LewcStats
     llfc: LlfcStats
@@ -216,10 +230,11 @@ class _ProbeStats:
             for lam in lams
         }
 
-    def update_endpoints(self, cap_a: Capture, cap_b: Capture) -> dict[str, torch.Tensor]:
+    def update_endpoints(self, cap_a: Capture, cap_b: Capture) -> _Batch:
         """λ-free statistics of one batch; returns what the merged models' updates reuse."""
-        batch = {"f_a": example_rows(cap_a.output), "f_b": example_rows(cap_b.output)}
-        self.endpoint.update(batch["f_a"], batch["f_b"])
+        f_a, f_b = example_rows(cap_a.output), example_rows(cap_b.output)
+        batch = _Batch(f_a, f_b, row_dots(f_a, f_a), row_dots(f_a, f_b), row_dots(f_b, f_b))
+        self.endpoint.update(batch.aa, batch.ab, batch.bb)
         if self.weak is not None:
             self.weak.update(cap_a.pre, cap_b.pre)
         source_a = cap_a.pre if cap_a.pre is not None else cap_a.output
@@ -244,19 +259,27 @@ class _ProbeStats:
                 unfolded_sq_norm(self.weight_module, za - zb),
                 za.shape[0],
             )
-            batch["aa"] = rows["aa"]
+            batch.wa_za = rows["aa"]
         return batch
 
-    def update_merged(self, lam: float, batch: dict[str, torch.Tensor], cap_c: Capture) -> None:
+    def update_merged(self, lam: float, batch: _Batch, cap_c: Capture) -> None:
         stats = self.merged[lam]
-        f_a, f_b, f_c = batch["f_a"], batch["f_b"], example_rows(cap_c.output)
-        stats.lewc.update(f_a, f_b, f_c)
-        stats.llfc.update(f_a, f_b, f_c)
+        f_c = example_rows(cap_c.output)
+        gram = FeatureGram(
+            batch.aa,
+            batch.ab,
+            batch.bb,
+            row_dots(batch.f_a, f_c),
+            row_dots(batch.f_b, f_c),
+            row_dots(f_c, f_c),
+        )
+        stats.lewc.update(gram)
+        stats.llfc.update(gram)
         if stats.reciprocal_cosine is not None:
             ac = unit_rows(apply_weight(self.weight_module, self.weight_a, cap_c.inputs))
-            stats.reciprocal_cosine.update(ac, batch["aa"])
+            stats.reciprocal_cosine.update(ac, batch.wa_za)
         if stats.logit_norms is not None:
-            stats.logit_norms.update(f_a, f_b, f_c)
+            stats.logit_norms.update(gram)
 
 
 @dataclass
