@@ -1,0 +1,420 @@
+"""``write_report``: a results folder -> figures/, report.md and a self-contained report.html."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lmc.config import progress
+from lmc.store import atomic_path, write_text
+
+from . import figures as F
+from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, to_html, to_markdown
+from .results import Results, load_results
+from .style import fmt_wd, fmt_width, method_style
+from .table import merge_table1, table1
+
+DASH = "—"
+
+
+# ---- number formatting ----------------------------------------------------------------------
+def _ok(*values: Any) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def fmt_pm(mean: float, std: float, scale: float = 1.0, digits: int = 3) -> str:
+    """``mean ± std`` after scaling (e.g. 100 for percent or percentage points)."""
+    if not _ok(mean):
+        return DASH
+    text = f"{mean * scale:.{digits}f}"
+    return f"{text} ± {std * scale:.{digits}f}" if _ok(std) else text
+
+
+def fmt_num(value: float, scale: float = 1.0, digits: int = 2) -> str:
+    return f"{value * scale:.{digits}f}" if _ok(value) else DASH
+
+
+def fmt_beta(value: float) -> str:
+    if not _ok(value):
+        return DASH
+    return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def fmt_seconds(seconds: Any) -> str:
+    if not _ok(seconds):
+        return DASH
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min {sec:02d} s" if hours else f"{minutes} min {sec:02d} s"
+
+
+# ---- Table 1 --------------------------------------------------------------------------------
+# (header, row -> cell, align, columns that must be finite somewhere for it to be shown)
+TABLE1_VIEW: tuple[tuple[str, Callable[[dict], str], str, tuple[str, ...]], ...] = (
+    ("width", lambda r: fmt_width(float(r["width"])), "r", ()),
+    ("method", lambda r: method_style(r["method"])[2], "l", ()),
+    ("pairs", lambda r: str(int(r["pairs"])), "r", ()),
+    (
+        "endpoint acc. (%)",
+        lambda r: fmt_num(r["endpoint_accuracy_mean"], 100.0),
+        "r",
+        ("endpoint_accuracy_mean",),
+    ),
+    (
+        "merged acc. (%)",
+        lambda r: fmt_pm(r["merged_accuracy_mean"], r["merged_accuracy_std"], 100.0, 2),
+        "r",
+        ("merged_accuracy_mean",),
+    ),
+    (
+        "ensemble acc. (%)",
+        lambda r: fmt_num(r["ensemble_accuracy_mean"], 100.0),
+        "r",
+        ("ensemble_accuracy_mean",),
+    ),
+    (
+        "accuracy barrier (pp)",
+        lambda r: fmt_pm(
+            r["midpoint_accuracy_barrier_mean"], r["midpoint_accuracy_barrier_std"], 100.0
+        ),
+        "r",
+        ("midpoint_accuracy_barrier_mean",),
+    ),
+    (
+        "loss barrier (nats)",
+        lambda r: fmt_pm(r["midpoint_loss_barrier_mean"], r["midpoint_loss_barrier_std"]),
+        "r",
+        ("midpoint_loss_barrier_mean",),
+    ),
+    (
+        "calibrated loss barrier (nats)",
+        lambda r: fmt_pm(
+            r["calibrated_midpoint_loss_barrier_mean"], r["calibrated_midpoint_loss_barrier_std"]
+        ),
+        "r",
+        ("calibrated_midpoint_loss_barrier_mean",),
+    ),
+    (
+        "β merged",
+        lambda r: fmt_beta(r["inverse_temperature_mean"]),
+        "r",
+        ("inverse_temperature_mean",),
+    ),
+    (
+        "β ensemble",
+        lambda r: fmt_beta(r["ensemble_inverse_temperature_mean"]),
+        "r",
+        ("ensemble_inverse_temperature_mean",),
+    ),
+)
+
+
+def table1_block(rows: list[dict], caption: str = "") -> Table:
+    """Table 1 rows (one weight decay) as a table; columns with no finite value are dropped."""
+    view = [v for v in TABLE1_VIEW if all(any(_ok(r.get(c)) for r in rows) for c in v[3])]
+    return Table(
+        header=[v[0] for v in view],
+        rows=[[v[1](r) for v in view] for r in rows],
+        caption=caption,
+        align=[v[2] for v in view],
+    )
+
+
+# ---- text pieces ----------------------------------------------------------------------------
+def _list(values: list, fmt: Callable = str) -> str:
+    return ", ".join(fmt(v) for v in values) if values else DASH
+
+
+def study_summary(res: Results) -> str:
+    name = res.study.get("name")
+    unit = "hidden units" if res.is_mlp else "× channel multiplier"
+    lams = res.lams
+    grid = f"{len(lams)} values of λ from {lams[0]:g} to {lams[-1]:g}" if lams else "no λ"
+    calib = (
+        "Losses are reported raw and after softmax temperature calibration (β fitted on a "
+        "random 20% of the split, loss measured on the other 80%)."
+        if res.calibrated
+        else "Calibration was off: only raw losses are reported."
+    )
+    parts = [
+        f"Study `{name}`: " if name else "",
+        f"dataset **{res.dataset}**, model **{res.model}**, widths {_list(res.widths, fmt_width)} "
+        f"({unit}), weight decays {_list(res.weight_decays, fmt_wd)}, {len(res.pairs)} "
+        f"independent pair{'s' if len(res.pairs) != 1 else ''} (A, B) per setting, merge methods "
+        f"{_list([method_style(m)[2] for m in res.methods])}. ",
+        f"Each pair is evaluated on the `{res.split}` split along θ(λ) = (1 − λ)θ_A + λθ_B "
+        f"({grid}; λ = 0 is A, λ = 1 is B); BatchNorm handling: `{res.bn}`. {calib} ",
+        "Figures show accuracy in percent, accuracy barriers in percentage points (pp) and "
+        "losses in nats; ± is the sample standard deviation over pairs.",
+    ]
+    return "".join(parts)
+
+
+def headline(res: Results, t1: list[dict]) -> list[str]:
+    """One sentence per (weight decay, method): narrowest vs widest width, from Table 1."""
+    items = []
+    barrier = "calibrated_midpoint_loss_barrier_mean"
+    if not any(_ok(r.get(barrier)) for r in t1):
+        barrier = "midpoint_loss_barrier_mean"
+    kind = "calibrated " if barrier.startswith("calibrated") else ""
+    for wd in res.weight_decays:
+        for method in res.methods:
+            rows = [r for r in t1 if r["weight_decay"] == wd and r["method"] == method]
+            if not rows:
+                continue
+            rows.sort(key=lambda r: float(r["width"]))
+            lo, hi = rows[0], rows[-1]
+
+            def at(r: dict) -> str:
+                return (
+                    f"{fmt_num(r['merged_accuracy_mean'], 100.0, 1)}% merged accuracy "
+                    f"(endpoints {fmt_num(r['endpoint_accuracy_mean'], 100.0, 1)}%), "
+                    f"{kind}loss barrier {fmt_num(r[barrier], 1.0, 3)} nats"
+                )
+
+            text = f"weight decay {fmt_wd(wd)}, **{method_style(method)[2]}**: "
+            if lo is hi:
+                text += f"width {fmt_width(float(lo['width']))}: {at(lo)}."
+            else:
+                text += (
+                    f"width {fmt_width(float(lo['width']))}: {at(lo)}; width "
+                    f"{fmt_width(float(hi['width']))}: {at(hi)}."
+                )
+            items.append(text)
+    return items
+
+
+def _files_read(res: Results) -> str:
+    names = [
+        n
+        for n in (
+            "study.json",
+            "study.toml",
+            "results.csv",
+            "layers.csv",
+            "moments.json",
+            "spectra.json",
+            "table1.csv",
+        )
+        if (res.path / n).exists()
+    ]
+    return f"Read from `{res.path}`: " + ", ".join(f"`{n}`" for n in names) + "."
+
+
+def _readable(path: Path) -> None:
+    """Atomic writes create 0600 files; a report is for sharing, so make it world-readable
+    (0644; best effort)."""
+    try:
+        path.chmod(0o644)
+    except OSError:
+        pass
+
+
+# ---- the report -----------------------------------------------------------------------------
+class _Figures:
+    """Renders figure jobs, writes the PNGs and turns results into blocks."""
+
+    def __init__(self, figure_dir: Path) -> None:
+        self.figure_dir = figure_dir
+        self.paths: list[str] = []
+        self.count = 0
+
+    def block(self, result: F.Plot | F.Skip) -> Block:
+        if isinstance(result, F.Skip):
+            return Note(f"{result.title}: skipped ({result.reason}).")
+        self.count += 1
+        path = self.figure_dir / f"{result.name}.png"
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(result.png)
+        _readable(path)
+        self.paths.append(str(path))
+        return Image(
+            number=self.count,
+            file=f"{self.figure_dir.name}/{path.name}",
+            title=result.title,
+            caption=result.caption,
+            png=result.png,
+        )
+
+
+def build_blocks(
+    res: Results, title: str, figure_dir: Path, *, quiet: bool = True
+) -> tuple[list[Block], list[str]]:
+    """The report's blocks and the figure paths written."""
+    t1 = merge_table1(table1(res.rows), res.table1_rows)
+    figs = _Figures(figure_dir)
+    wds = res.weight_decays
+    many_wd = len(wds) > 1
+
+    # Render every figure first (with a progress bar), then lay them out.
+    jobs: list[tuple[str, float | None, Callable]] = [
+        (fn.__name__, wd, fn) for fn in F.PER_WEIGHT_DECAY for wd in wds
+    ]
+    jobs.append(("weight_decay_ablation", None, F.weight_decay_ablation))
+    rendered: dict[tuple[str, float | None], F.Plot | F.Skip] = {}
+    for name, wd, fn in progress(jobs, quiet=quiet, desc="figures"):
+        rendered[(name, wd)] = fn(res) if wd is None else fn(res, wd)
+
+    blocks: list[Block] = [Heading(1, title)]
+    if res.study.get("description"):
+        blocks.append(Para(str(res.study["description"])))
+    blocks.append(Para(study_summary(res)))
+    blocks.append(Para(_files_read(res)))
+    blocks += [Note(n) for n in res.notes]
+
+    blocks.append(Heading(2, "Summary"))
+    items = headline(res, t1)
+    if items:
+        blocks.append(Para("Narrowest against widest width (details in Table 1 and the figures):"))
+        blocks.append(Bullets(items))
+    if len(res.widths) < 2:
+        blocks.append(Note("Only one width was run, so figures against width are skipped."))
+    if len(res.pairs) < 2:
+        blocks.append(Note("Only one pair was run, so standard deviations are 0."))
+
+    blocks.append(Heading(2, "Table 1: barriers at λ = ½"))
+    blocks.append(
+        Para(
+            "As in the width paper's Table 1: at λ = ½, mean ± std over pairs; accuracy in "
+            "percent, the accuracy barrier ½(acc_A + acc_B) − acc(θ(½)) in percentage points "
+            "(pp), loss barriers L(θ(½)) − ½(L_A + L_B) in nats (may be negative), β the fitted "
+            "inverse temperature. "
+            + (
+                "Values from `table1.csv`."
+                if res.table1_rows
+                else "Computed from `results.csv` (no `table1.csv`)."
+            )
+        )
+    )
+    for wd in wds:
+        rows = [r for r in t1 if r["weight_decay"] == wd]
+        if not rows:
+            continue
+        if many_wd:
+            blocks.append(Heading(3, f"Table 1, weight decay {fmt_wd(wd)}"))
+        blocks.append(
+            table1_block(rows, f"{res.dataset} · {res.model} · weight decay {fmt_wd(wd)}")
+        )
+
+    def section(heading: str, intro: str, name: str, level: int = 2) -> None:
+        blocks.append(Heading(level, heading))
+        if intro:
+            blocks.append(Para(intro))
+        for wd in wds:
+            blocks.append(figs.block(rendered[(name, wd)]))
+
+    blocks.append(Heading(2, "Merging against width"))
+    section(
+        "Accuracy",
+        "Merged model θ(½) against the ensemble and the endpoints.",
+        "accuracy_vs_width",
+        3,
+    )
+    section(
+        "Loss barriers",
+        "Raw against calibrated barriers: a logit-scale mismatch raises the raw loss but not "
+        "the calibrated one.",
+        "barriers_vs_width",
+        3,
+    )
+    section("Interpolation curves", "", "interpolation_curves")
+    section(
+        "Softmax temperature",
+        "Under ideal LEWC the midpoint's logits are (½)^(L−1) times the ensemble's averaged "
+        "logits, so its fitted β should approach 2^(L−1) times the ensemble's β.",
+        "inverse_temperature",
+    )
+    section(
+        "Layerwise connectivity",
+        "LEWC, weak additivity of ReLU and reciprocal orthogonality, the width paper's "
+        "sufficient conditions for the merged model to act as the ensemble.",
+        "layer_cosines",
+    )
+    blocks.append(Heading(2, "Low-rank structure"))
+    section("Second moments", "", "second_moments", 3)
+    section("Singular value spectra", "", "spectra", 3)
+    blocks.append(Heading(2, "Weight-decay ablation"))
+    blocks.append(figs.block(rendered[("weight_decay_ablation", None)]))
+
+    blocks += reproducibility(res)
+    return blocks, figs.paths
+
+
+def reproducibility(res: Results) -> list[Block]:
+    study = res.study
+    blocks: list[Block] = [Heading(2, "Reproducibility")]
+    jobs = study.get("jobs") if isinstance(study.get("jobs"), dict) else {}
+    run_rows = [
+        ["started", str(study.get("started", DASH))],
+        ["finished", str(study.get("finished", DASH))],
+        ["wall time", fmt_seconds(study.get("wall_seconds"))],
+        [
+            "jobs",
+            f"{jobs.get('total', DASH)} total, {jobs.get('reused', DASH)} reused from the run "
+            f"store, {jobs.get('run', DASH)} run"
+            if jobs
+            else DASH,
+        ],
+        ["results folder", f"`{res.path}`"],
+    ]
+    blocks.append(Heading(3, "Run"))
+    blocks.append(Table(["item", "value"], run_rows))
+    env = study.get("environment")
+    blocks.append(Heading(3, "Environment"))
+    if isinstance(env, dict) and env:
+        blocks.append(Table(["item", "value"], [[str(k), str(v)] for k, v in env.items()]))
+    else:
+        blocks.append(Note("No environment recorded (study.json absent or without it)."))
+    blocks.append(Heading(3, "Configuration"))
+    config = study.get("config")
+    if config is not None:
+        blocks.append(Para("The resolved study configuration, exactly as recorded:"))
+        blocks.append(Code(json.dumps(config, indent=2, default=str), "json"))
+    else:
+        blocks.append(Note("No configuration recorded (study.json absent or without it)."))
+    if res.toml:
+        blocks.append(Heading(3, "Study file"))
+        blocks.append(Para("`study.toml` as given:"))
+        blocks.append(Code(res.toml, "toml"))
+    return blocks
+
+
+def default_title(res: Results) -> str:
+    name = res.study.get("name")
+    base = f"Linear mode connectivity: {res.dataset} · {res.model}"
+    return f"{base} ({name})" if name else base
+
+
+def write_report(
+    results_dir: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    title: str | None = None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """Write ``report.md``, ``report.html`` and ``figures/*.png`` for a results folder.
+
+    Reads only the files ``lmc.experiments`` writes (``results.csv`` required; ``study.json``,
+    ``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv``
+    optional): never trains or evaluates. ``out_dir`` defaults to ``results_dir``. Figures
+    that lack inputs are replaced by a note. Returns ``{"report_md": path, "report_html":
+    path, "figures": [png paths]}``. A folder without ``results.csv`` is an ``LmcError``.
+    """
+    res = load_results(results_dir)
+    out = Path(out_dir) if out_dir is not None else res.path
+    out.mkdir(parents=True, exist_ok=True)
+    title = title or default_title(res)
+    blocks, figure_paths = build_blocks(res, title, out / "figures", quiet=quiet)
+    md_path, html_path = out / "report.md", out / "report.html"
+    write_text(md_path, to_markdown(blocks))
+    write_text(html_path, to_html(blocks, title))
+    for path in (md_path, html_path):
+        _readable(path)
+    return {"report_md": str(md_path), "report_html": str(html_path), "figures": figure_paths}

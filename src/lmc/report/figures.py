@@ -1,0 +1,706 @@
+"""The report's figures. Each function takes the parsed ``Results`` (and a weight decay) and
+returns a ``Plot`` (PNG bytes, a file stem, a title and a caption) or a ``Skip`` saying why the
+figure could not be drawn (missing inputs never raise).
+
+Conventions: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A, plotted at the left); accuracies are shown
+in percent, accuracy barriers in percentage points, losses in nats; "mean ± std" is over pairs
+with the sample std (ddof = 1). Widths are MLP hidden units or CNN channel multipliers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from matplotlib.lines import Line2D
+
+from .results import Results, is_close, mean_std
+from .style import (
+    GAUSSIAN_RELU_LIMIT,
+    MODEL_COLOURS,
+    REFERENCE,
+    finish_axes,
+    fmt_wd,
+    fmt_width,
+    layer_colours,
+    log_scale,
+    method_style,
+    new_figure,
+    no_data,
+    render,
+    width_axis,
+    width_colours,
+)
+
+MAX_LAYER_PANELS = 6
+
+
+@dataclass
+class Plot:
+    name: str  # file stem under figures/
+    title: str
+    caption: str
+    png: bytes
+
+
+@dataclass
+class Skip:
+    title: str
+    reason: str
+
+
+# ---- shared pieces --------------------------------------------------------------------------
+def width_label(res: Results) -> str:
+    if res.is_mlp:
+        return "width (hidden units per layer, log scale)"
+    return "width multiplier (× base channels, log scale)"
+
+
+def header(res: Results, wd: float | None = None) -> str:
+    text = f"{res.dataset} · {res.model}"
+    return text if wd is None else f"{text} · weight decay {fmt_wd(wd)}"
+
+
+def pairs_text(res: Results) -> str:
+    n = len(res.pairs)
+    return f"{n} pair" if n == 1 else f"{n} pairs"
+
+
+def _series(
+    res: Results, column: str, wd: float, method: str, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(widths, mean, std) of ``column`` at λ = ½ over pairs, per width."""
+    widths = np.array(res.widths, dtype=float)
+    stats = [res.stat(column, weight_decay=wd, method=method, width=w) for w in res.widths]
+    mean = np.array([s[0] for s in stats]) * scale
+    std = np.array([s[1] for s in stats]) * scale
+    return widths, mean, std
+
+
+def _endpoint_series(
+    res: Results, column: str, wd: float, method: str, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(widths, mean, std) over pairs of ½(value(λ=0) + value(λ=1))."""
+    means, stds = [], []
+    for w in res.widths:
+        values = []
+        for p in res.pairs:
+            rows = res.select(weight_decay=wd, method=method, width=w, pair=p)
+            a = [r.get(column, math.nan) for r in rows if is_close(r["lam"], 0.0)]
+            b = [r.get(column, math.nan) for r in rows if is_close(r["lam"], 1.0)]
+            if a and b:
+                values.append(0.5 * (a[0] + b[0]))
+        m, s, _ = mean_std(values)
+        means.append(m * scale)
+        stds.append(s * scale)
+    return np.array(res.widths, dtype=float), np.array(means), np.array(stds)
+
+
+def _finite(values: np.ndarray) -> bool:
+    return bool(np.isfinite(values).any())
+
+
+def _same(series: Sequence[np.ndarray]) -> bool:
+    first = series[0]
+    return all(
+        s.shape == first.shape and np.allclose(s, first, rtol=1e-9, atol=1e-12, equal_nan=True)
+        for s in series[1:]
+    )
+
+
+def _errorbar(ax, x, mean, std, method: str, label: str | None = None, **kw) -> None:
+    colour, marker, name = method_style(method)
+    ok = np.isfinite(mean)
+    if not ok.any():
+        return
+    ax.errorbar(
+        x[ok],
+        mean[ok],
+        yerr=np.nan_to_num(std[ok]),
+        color=colour,
+        marker=marker,
+        ms=5,
+        lw=1.6,
+        capsize=3,
+        label=label or name,
+        **kw,
+    )
+
+
+def _ensemble_lines(ax, res: Results, column: str, wd: float, scale: float, label: str) -> None:
+    """The ensemble's mean over pairs: one black dashed line if every method has the same
+    values (the ensemble of A and a permuted B is the same function), else one per method."""
+    series = {m: _series(res, column, wd, m, scale) for m in res.methods}
+    means = [s[1] for s in series.values()]
+    if not any(_finite(m) for m in means):
+        return
+    if _same(means):
+        x, mean, _ = next(iter(series.values()))
+        ok = np.isfinite(mean)
+        ax.plot(x[ok], mean[ok], color="black", ls="--", lw=1.3, marker=".", label=label)
+        return
+    for method, (x, mean, _) in series.items():
+        ok = np.isfinite(mean)
+        colour, _, name = method_style(method)
+        ax.plot(x[ok], mean[ok], color=colour, ls="--", lw=1.1, label=f"{label}, {name}")
+
+
+_REFERENCE_LABELS = ("ensemble", "endpoints", "LEWC")
+
+
+def _legend(ax, **kw) -> None:
+    """Legend with the data series first and the reference lines (ensemble, ...) after."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith(_REFERENCE_LABELS))
+    ax.legend(
+        [handles[i] for i in order], [labels[i] for i in order], fontsize=7.5, framealpha=0.85, **kw
+    )
+
+
+def _shared_limits(axes: Sequence) -> None:
+    lows, highs = zip(*(ax.get_ylim() for ax in axes))
+    for ax in axes:
+        ax.set_ylim(min(lows), max(highs))
+
+
+# ---- merging against width ------------------------------------------------------------------
+def accuracy_vs_width(res: Results, wd: float) -> Plot | Skip:
+    title = f"Accuracy against width (weight decay {fmt_wd(wd)})"
+    if len(res.widths) < 2:
+        return Skip(title, "only one width: accuracies are in Table 1")
+    fig, axes = new_figure(1, 1, panel=(6.2, 4.0))
+    ax = axes[0, 0]
+    _draw_accuracy(ax, res, wd)
+    ax.set_title(header(res, wd), fontsize=10)
+    _legend(ax, loc="best")
+    caption = (
+        f"Test accuracy of the merged model θ(½) against width, one colour and marker per "
+        f"alignment method (mean ± std over {pairs_text(res)}); dashed: the ensemble of A and "
+        f"B; dotted: the endpoints' mean accuracy. The width paper predicts the unpermuted "
+        f"merge's accuracy rising monotonically with width toward the endpoints'."
+    )
+    return Plot(f"accuracy_vs_width_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+def _draw_accuracy(ax, res: Results, wd: float, legend: bool = True) -> None:
+    for method in res.methods:
+        x, mean, std = _series(res, "accuracy", wd, method, 100.0)
+        _errorbar(ax, x, mean, std, method, label=f"merged θ(½), {method_style(method)[2]}")
+    _ensemble_lines(ax, res, "ensemble_accuracy", wd, 100.0, "ensemble")
+    x, mean, _ = _endpoint_series(res, "accuracy", wd, res.methods[0], 100.0)
+    ok = np.isfinite(mean)
+    if ok.any():
+        ax.plot(x[ok], mean[ok], color=REFERENCE, ls=":", lw=1.5, marker="x", label="endpoints")
+    width_axis(ax, res.widths, width_label(res))
+    ax.set_ylabel(f"{res.split} accuracy (%)")
+    finish_axes(ax)
+
+
+def barriers_vs_width(res: Results, wd: float) -> Plot | Skip:
+    title = f"Midpoint barriers against width (weight decay {fmt_wd(wd)})"
+    if len(res.widths) < 2:
+        return Skip(title, "only one width: barriers are in Table 1")
+    panels = [
+        ("midpoint_accuracy_barrier", 100.0, "accuracy barrier (pp)", "accuracy barrier at λ = ½"),
+        ("midpoint_loss_barrier", 1.0, "loss barrier (nats)", "loss barrier at λ = ½"),
+    ]
+    if res.calibrated:
+        panels.append(
+            (
+                "calibrated_midpoint_loss_barrier",
+                1.0,
+                "calibrated loss barrier (nats)",
+                "calibrated loss barrier at λ = ½",
+            )
+        )
+    fig, axes = new_figure(1, len(panels), panel=(4.0, 3.4))
+    for ax, (column, scale, ylabel, name) in zip(axes[0], panels):
+        for method in res.methods:
+            x, mean, std = _series(res, column, wd, method, scale)
+            _errorbar(ax, x, mean, std, method)
+        ax.axhline(0.0, color="black", lw=0.8)
+        width_axis(ax, res.widths, width_label(res))
+        ax.set_ylabel(ylabel)
+        ax.set_title(name, fontsize=9.5)
+        finish_axes(ax)
+    if res.calibrated:
+        _shared_limits(axes[0][1:])
+    _legend(axes[0][0], loc="best")
+    fig.suptitle(header(res, wd), fontsize=10)
+    calib = (
+        "The uncalibrated and calibrated loss panels share one y axis. The paper finds the "
+        "uncalibrated loss barrier stays clearly above zero even where accuracy matches, while "
+        "the calibrated barrier falls toward zero as width grows."
+        if res.calibrated
+        else "Calibration was off in this study, so only uncalibrated barriers are shown; the "
+        "paper finds the uncalibrated loss barrier stays above zero even at large width."
+    )
+    caption = (
+        f"Midpoint barriers B(½) = value(θ(½)) − mean of the endpoints (accuracy sign reversed, "
+        f"so a drop is positive) against width, mean ± std over {pairs_text(res)}; the "
+        f"black line is zero barrier. {calib}"
+    )
+    return Plot(f"barriers_vs_width_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+# ---- along the path -------------------------------------------------------------------------
+def _path_methods(res: Results) -> list[str]:
+    chosen = [m for m in ("none", "weight") if m in res.methods]
+    return chosen or res.methods[:1]
+
+
+def interpolation_curves(res: Results, wd: float) -> Plot | Skip:
+    title = f"Interpolation curves (weight decay {fmt_wd(wd)})"
+    lams = res.lams
+    if len(lams) < 2:
+        return Skip(title, "only one λ on the path")
+    columns = [("loss", 1.0, "loss (nats)")]
+    if res.calibrated:
+        columns.append(("calibrated_loss", 1.0, "calibrated loss (nats)"))
+    columns.append(("accuracy", 100.0, "accuracy (%)"))
+    methods = _path_methods(res)
+    colours = width_colours(res.widths)
+    fig, axes = new_figure(len(methods), len(columns), panel=(3.7, 2.9), sharey="col")
+    lam_arr = np.array(lams)
+    ends = np.array([is_close(v, 0.0) or is_close(v, 1.0) for v in lams])
+    for i, method in enumerate(methods):
+        for j, (column, scale, ylabel) in enumerate(columns):
+            ax = axes[i, j]
+            for w in res.widths:
+                curve = (
+                    np.array(
+                        [
+                            res.stat(column, weight_decay=wd, method=method, width=w, lam=v)[0]
+                            for v in lams
+                        ]
+                    )
+                    * scale
+                )
+                if not _finite(curve):
+                    continue
+                ok = np.isfinite(curve)
+                ax.plot(lam_arr[ok], curve[ok], color=colours[w], lw=1.6)
+                mark = ok & ends
+                ax.plot(
+                    lam_arr[mark], curve[mark], "o", color=colours[w], ms=5, mec="black", mew=0.6
+                )
+            ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0\nA", "0.25", "0.5", "0.75", "1\nB"])
+            ax.set_xlabel("λ")
+            ax.set_ylabel(f"{res.split} {ylabel}")
+            ax.set_title(f"{method_style(method)[2]}: {column.replace('_', ' ')}", fontsize=9.5)
+            finish_axes(ax)
+    handles = [Line2D([], [], color=colours[w], lw=2, label=fmt_width(w)) for w in res.widths]
+    fig.legend(handles=handles, title="width", loc="outside right upper", fontsize=8)
+    fig.suptitle(header(res, wd), fontsize=10)
+    shown = " and ".join(method_style(m)[2] for m in methods)
+    caption = (
+        f"Loss{', calibrated loss' if res.calibrated else ''} and accuracy along "
+        f"θ(λ) = (1 − λ)θ_A + λθ_B (A at the left, B at the right; circles mark the "
+        f"endpoints), mean over {pairs_text(res)}, one line per width from narrow (dark) to "
+        f"wide (light); rows: {shown}. Look for the bump at λ = ½ shrinking as width grows"
+        f"{' and for the calibrated loss flattening' if res.calibrated else ''}."
+    )
+    return Plot(f"interpolation_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+def inverse_temperature(res: Results, wd: float) -> Plot | Skip:
+    title = f"Softmax inverse temperature (weight decay {fmt_wd(wd)})"
+    if not res.calibrated:
+        return Skip(title, "calibration was off: no inverse temperatures were fitted")
+    if len(res.widths) < 2:
+        return Skip(title, "only one width: inverse temperatures are in Table 1")
+    fig, axes = new_figure(1, 1, panel=(6.2, 4.0))
+    ax = axes[0, 0]
+    for method in res.methods:
+        x, mean, std = _series(res, "inverse_temperature", wd, method)
+        _errorbar(ax, x, mean, std, method, label=f"merged θ(½), {method_style(method)[2]}")
+    _ensemble_lines(ax, res, "ensemble_inverse_temperature", wd, 1.0, "ensemble")
+    x, mean, _ = _endpoint_series(res, "inverse_temperature", wd, res.methods[0])
+    ok = np.isfinite(mean)
+    if ok.any():
+        ax.plot(x[ok], mean[ok], color=REFERENCE, ls=":", lw=1.5, marker="x", label="endpoints")
+    L = res.num_layers
+    base = "none" if "none" in res.methods else res.methods[0]
+    x, ens, _ = _series(res, "ensemble_inverse_temperature", wd, base)
+    predicted = False
+    if L is not None and _finite(ens):
+        factor = 2.0 ** (L - 1)
+        ok = np.isfinite(ens)
+        ax.plot(
+            x[ok],
+            factor * ens[ok],
+            color="black",
+            ls="-.",
+            lw=1.2,
+            label=f"LEWC: 2^(L−1) × ensemble β, L = {L}",
+        )
+        ax.annotate(
+            "midpoint β ≈ 2^(L−1) × ensemble β",
+            xy=(x[ok][-1], factor * ens[ok][-1]),
+            xytext=(-8, 8),
+            textcoords="offset points",
+            ha="right",
+            fontsize=8,
+        )
+        predicted = True
+    log_scale(ax, "y")
+    width_axis(ax, res.widths, width_label(res))
+    ax.set_ylabel("inverse temperature β (log scale)")
+    ax.set_title(header(res, wd), fontsize=10)
+    finish_axes(ax)
+    _legend(ax, loc="best")
+    prediction = (
+        f" Dash-dotted: LEWC's prediction for the unpermuted midpoint, 2^(L−1) = "
+        f"{2 ** (L - 1):g} times the ensemble's β (L = {L} layers), approached only where "
+        f"LEWC holds."
+        if predicted
+        else " (L is unknown without layers.csv, so LEWC's 2^(L−1) prediction is not drawn.)"
+    )
+    caption = (
+        f"Fitted inverse temperature β of the merged model θ(½) (solid, mean ± std over "
+        f"{pairs_text(res)}), of the ensemble (dashed) and of the endpoints (dotted) against "
+        f"width. A merged model whose logits shrink needs a large β: growth of the "
+        f"midpoint's β with width is itself a finding.{prediction}"
+    )
+    return Plot(f"inverse_temperature_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+# ---- layerwise ------------------------------------------------------------------------------
+LAYER_PANELS = (
+    ("lewc_cosine", "LEWC cosine at λ = ½", r"$\cos(f_\ell(\theta_{1/2}),\ f_\ell^A + f_\ell^B)$"),
+    (
+        "weak_additivity_cosine",
+        "weak additivity of the activation",
+        r"$\cos(\sigma((\tilde z^A{+}\tilde z^B)/2),\ "
+        r"(\sigma(\tilde z^A){+}\sigma(\tilde z^B))/2)$",
+    ),
+    ("reciprocal_cosine", "reciprocal cosine", r"$\cos(W^A z^C,\ W^A z^A)$"),
+    (
+        "reciprocal_ratio",
+        "reciprocal ratio",
+        r"$E\|W^A z^B\| \ /\ E\|W^A z^A\|$",
+    ),
+)
+
+
+def _layer_method(res: Results, wd: float) -> str | None:
+    for method in ("none", *res.methods):
+        if res.layer_rows(weight_decay=wd, method=method, lam=0.5):
+            return method
+    return None
+
+
+def _layers_of(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    seen = {}
+    for r in rows:
+        seen.setdefault(r.get("layer", -1), r.get("name", "") or f"layer {r.get('layer')}")
+    return sorted(seen.items())
+
+
+def _layer_means(rows: list[dict[str, Any]], column: str) -> dict[tuple[float, int], float]:
+    """Mean over pairs of ``column`` per (width, layer)."""
+    groups: dict[tuple[float, int], list[float]] = {}
+    for r in rows:
+        groups.setdefault((r.get("width"), r.get("layer")), []).append(r.get(column, math.nan))
+    return {k: mean_std(v)[0] for k, v in groups.items()}
+
+
+def layer_cosines(res: Results, wd: float) -> Plot | Skip:
+    title = f"Layerwise connectivity (weight decay {fmt_wd(wd)})"
+    if not res.layers:
+        return Skip(title, "no layers.csv (analysis was off)")
+    method = _layer_method(res, wd)
+    if method is None:
+        return Skip(title, f"layers.csv has no rows at λ = ½ for weight decay {fmt_wd(wd)}")
+    rows = res.layer_rows(weight_decay=wd, method=method, lam=0.5)
+    layers = _layers_of(rows)
+    widths = sorted({r["width"] for r in rows})
+    colours = width_colours(widths)
+    fig, axes = new_figure(2, 2, panel=(4.3, 3.2))
+    positions = np.arange(len(layers))
+    for ax, (column, name, formula) in zip(axes.ravel(), LAYER_PANELS):
+        means = _layer_means(rows, column)
+        drawn = False
+        for w in widths:
+            values = np.array([means.get((w, layer), math.nan) for layer, _ in layers])
+            ok = np.isfinite(values)
+            if ok.any():
+                ax.plot(positions[ok], values[ok], color=colours[w], marker="o", ms=4, lw=1.5)
+                drawn = True
+        if not drawn:
+            no_data(ax, f"{column}: not recorded")
+            ax.set_title(name, fontsize=9.5)
+            continue
+        if column == "weak_additivity_cosine":
+            ax.axhline(GAUSSIAN_RELU_LIMIT, color="black", ls=":", lw=1.3)
+            ax.text(
+                positions[-1],
+                GAUSSIAN_RELU_LIMIT,
+                f"Thm 5.4 limit {GAUSSIAN_RELU_LIMIT:.3f}",
+                ha="right",
+                va="bottom",
+                fontsize=7.5,
+            )
+        if column == "reciprocal_ratio":
+            ax.set_ylim(bottom=0.0)
+        ax.set_xticks(positions, [f"ℓ{layer}\n{label}" for layer, label in layers], fontsize=7.5)
+        ax.set_xlim(-0.3, len(layers) - 0.7)
+        ax.set_ylabel(formula, fontsize=8.5)
+        ax.set_title(name, fontsize=9.5)
+        finish_axes(ax)
+    handles = [
+        Line2D([], [], color=colours[w], lw=2, marker="o", label=fmt_width(w)) for w in widths
+    ]
+    fig.legend(handles=handles, title="width", loc="outside right upper", fontsize=8)
+    fig.suptitle(f"{header(res, wd)} · {method_style(method)[2]}", fontsize=10)
+    caption = (
+        f"Per-layer statistics at λ = ½ ({method_style(method)[2]}), x = layer ℓ from input to "
+        f"logits, one line per width from narrow (dark) to wide (light), mean over pairs: LEWC "
+        f"cosine of the merged model's layer output against the ensemble's; weak additivity of "
+        f"the activation (dotted: Theorem 5.4's Gaussian limit "
+        f"{GAUSSIAN_RELU_LIMIT:.3f}; values above it point to low rank); the reciprocal cosine "
+        f"and ratio. The width paper predicts the cosines rising toward 1 and the reciprocal "
+        f"ratio falling (past the input layer) as width grows."
+    )
+    return Plot(f"layer_cosines_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+def _unit_records(records: list[dict] | None, wd: float) -> list[dict]:
+    out = []
+    for r in records or []:
+        try:
+            if math.isclose(float(r["weight_decay"]), wd, rel_tol=1e-12, abs_tol=0.0):
+                out.append(r)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def _pick_layers(layers: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    if len(layers) <= MAX_LAYER_PANELS:
+        return layers
+    idx = np.unique(np.linspace(0, len(layers) - 1, MAX_LAYER_PANELS).round().astype(int))
+    return [layers[i] for i in idx]
+
+
+def _narrow_wide(records: list[dict]) -> tuple[list[float], int]:
+    widths = sorted({float(r["width"]) for r in records})
+    chosen = [widths[0]] if len(widths) == 1 else [widths[0], widths[-1]]
+    pair = min(int(r["pair"]) for r in records)
+    return chosen, pair
+
+
+def _by_layer(records: list[dict], width: float, pair: int) -> dict[tuple[int, str], dict]:
+    """(layer, name) -> {"a": record, "b": record} for one width and pair."""
+    out: dict[tuple[int, str], dict] = {}
+    for r in records:
+        if float(r["width"]) == width and int(r["pair"]) == pair:
+            out.setdefault((int(r["layer"]), str(r["name"])), {})[str(r["model"]).lower()] = r
+    return out
+
+
+def second_moments(res: Results, wd: float) -> Plot | Skip:
+    title = f"Second moments of pre-activations (weight decay {fmt_wd(wd)})"
+    records = _unit_records(res.moments, wd)
+    if not records:
+        return Skip(title, "no moments.json records for this weight decay")
+    widths, pair = _narrow_wide(records)
+    per_width = {w: _by_layer(records, w, pair) for w in widths}
+    layers = _pick_layers(sorted({k for d in per_width.values() for k in d}))
+    fig, axes = new_figure(len(widths), len(layers), panel=(3.0, 2.5))
+    for i, w in enumerate(widths):
+        for j, key in enumerate(layers):
+            ax = axes[i, j]
+            sides = per_width[w].get(key, {})
+            arrays = {s: np.asarray(r["values"], dtype=float) for s, r in sides.items()}
+            positive = [a[a > 0] for a in arrays.values()]
+            if not arrays or not any(p.size for p in positive):
+                no_data(ax, "no data")
+                continue
+            allpos = np.concatenate(positive)
+            lo, hi = allpos.min(), allpos.max()
+            bins = np.geomspace(lo, hi * 1.001, 30) if hi > lo else np.array([lo * 0.9, lo * 1.1])
+            zeros = []
+            for side in ("a", "b"):
+                if side in arrays:
+                    a = arrays[side]
+                    counts, _ = np.histogram(a[a > 0], bins=bins)
+                    ax.stairs(
+                        counts,
+                        bins,
+                        fill=True,
+                        color=MODEL_COLOURS[side],
+                        alpha=0.5,
+                        label=f"model {side.upper()}",
+                    )
+                    ax.stairs(counts, bins, color=MODEL_COLOURS[side], lw=0.8)
+                    zeros.append(f"{side.upper()} {int((a == 0).sum())}")
+            log_scale(ax, "x")
+            units = max(a.size for a in arrays.values())
+            ax.set_title(f"ℓ{key[0]} {key[1]} · width {fmt_width(w)} ({units} units)", fontsize=8.5)
+            if any(not z.endswith(" 0") for z in zeros):
+                ax.text(
+                    0.98,
+                    0.95,
+                    "zero: " + ", ".join(zeros),
+                    transform=ax.transAxes,
+                    ha="right",
+                    va="top",
+                    fontsize=7,
+                )
+            ax.set_xlabel("√E[z̃ᵢ²] (log scale)", fontsize=8)
+            if j == 0:
+                ax.set_ylabel("units")
+            finish_axes(ax)
+    _legend(axes[0, 0], loc="upper left")
+    fig.suptitle(header(res, wd), fontsize=10)
+    rows_text = "narrowest (top) and widest (bottom)" if len(widths) == 2 else "the only"
+    caption = (
+        f"Histograms of the per-unit root second moment √E[z̃ᵢ²] of each layer's "
+        f"pre-activations for models A and B (pair {pair}, log-spaced bins), {rows_text} "
+        f"width. The width paper finds that as width grows more units have a near-zero moment "
+        f"and the large-moment units of A and B overlap less: the low-rank structure behind "
+        f"weak additivity."
+    )
+    return Plot(f"moments_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+def spectra(res: Results, wd: float) -> Plot | Skip:
+    title = f"Singular value spectra (weight decay {fmt_wd(wd)})"
+    records = _unit_records(res.spectra, wd)
+    if not records:
+        return Skip(title, "no spectra.json records for this weight decay")
+    widths, pair = _narrow_wide(records)
+    per_width = {w: _by_layer(records, w, pair) for w in widths}
+    layers = _pick_layers(sorted({k for d in per_width.values() for k in d}))
+    all_widths = res.widths if all(w in res.widths for w in widths) else widths
+    colours = width_colours(all_widths)
+    fig, axes = new_figure(1, len(layers), panel=(3.1, 2.8), sharey="row")
+    for ax, key in zip(axes[0], layers):
+        for w in widths:
+            for side, ls in (("a", "-"), ("b", "--")):
+                record = per_width[w].get(key, {}).get(side)
+                if record is None:
+                    continue
+                sv = np.asarray(record["singular_values"], dtype=float)
+                if sv.size == 0 or not sv[0] > 0:
+                    continue
+                ax.plot(
+                    np.arange(1, sv.size + 1) / sv.size,
+                    np.maximum(sv / sv[0], 1e-8),
+                    color=colours[w],
+                    ls=ls,
+                    lw=1.5,
+                )
+        log_scale(ax, "y")
+        ax.set_title(f"ℓ{key[0]} {key[1]}", fontsize=9)
+        ax.set_xlabel("i / n (normalised index)")
+        finish_axes(ax)
+    axes[0, 0].set_ylabel("σᵢ / σ₁ (log scale)")
+    handles = [
+        Line2D([], [], color=colours[w], lw=2, label=f"width {fmt_width(w)}") for w in widths
+    ]
+    handles += [
+        Line2D([], [], color="black", ls="-", label="W_A"),
+        Line2D([], [], color="black", ls="--", label="W_B"),
+    ]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+    fig.suptitle(header(res, wd), fontsize=10)
+    caption = (
+        f"Singular values σᵢ of each layer's weight matrix, normalised by the largest, against "
+        f"the normalised index i/n (n singular values; pair {pair}; solid W_A, dashed W_B), "
+        f"narrowest vs widest width. A fast drop means an effectively low-rank weight, which "
+        f"the width paper ties to strong weight decay and to LEWC holding."
+    )
+    return Plot(f"spectra_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+# ---- weight-decay ablation ------------------------------------------------------------------
+def weight_decay_ablation(res: Results) -> Plot | Skip:
+    title = "Weight-decay ablation"
+    wds = res.weight_decays
+    if len(wds) < 2:
+        return Skip(title, "only one weight decay in this study")
+    if len(res.widths) < 2:
+        return Skip(title, "only one width: compare the weight decays in Table 1")
+    barrier = "calibrated_midpoint_loss_barrier" if res.calibrated else "midpoint_loss_barrier"
+    nrows = 3 if res.layers else 2
+    fig, axes = new_figure(nrows, len(wds), panel=(4.2, 3.2), sharey="row")
+    for j, wd in enumerate(wds):
+        _draw_accuracy(axes[0, j], res, wd)
+        axes[0, j].set_title(f"weight decay {fmt_wd(wd)}", fontsize=10)
+        ax = axes[1, j]
+        for method in res.methods:
+            x, mean, std = _series(res, barrier, wd, method)
+            _errorbar(ax, x, mean, std, method)
+        ax.axhline(0.0, color="black", lw=0.8)
+        width_axis(ax, res.widths, width_label(res))
+        ax.set_ylabel(f"{'calibrated ' if res.calibrated else ''}loss barrier at λ = ½ (nats)")
+        finish_axes(ax)
+        if nrows > 2:
+            _draw_lewc_vs_width(axes[2, j], res, wd)
+    for ax in axes[:, 1:].ravel():
+        ax.set_ylabel("")
+    for ax in axes[:-1, :].ravel():
+        ax.set_xlabel("")
+    for i in range(nrows):
+        _legend(axes[i, -1], loc="best")
+    fig.suptitle(f"{header(res)} · weight decay side by side", fontsize=10)
+    lewc = (
+        " Bottom: LEWC cosine at λ = ½ (no permutation) against width, one line per layer "
+        "from input (dark) to logits (light)."
+        if nrows > 2
+        else ""
+    )
+    caption = (
+        f"The key quantities with one column per weight decay (shared y axes per row): merged "
+        f"and ensemble accuracy (top) and the {'calibrated ' if res.calibrated else ''}midpoint "
+        f"loss barrier (middle) against width, mean ± std over {pairs_text(res)}.{lewc} The "
+        f"width paper finds that weak weight decay (1e-4) raises weight rank and breaks LEWC "
+        f"and LMC together: lower merged accuracy, larger barriers, lower cosines."
+    )
+    return Plot("weight_decay_ablation", title, caption, render(fig))
+
+
+def _draw_lewc_vs_width(ax, res: Results, wd: float) -> None:
+    method = _layer_method(res, wd)
+    rows = res.layer_rows(weight_decay=wd, method=method, lam=0.5) if method else []
+    means = _layer_means(rows, "lewc_cosine")
+    layers = _layers_of(rows)
+    colours = layer_colours([layer for layer, _ in layers])
+    widths = np.array(res.widths, dtype=float)
+    for layer, name in layers:
+        values = np.array([means.get((w, layer), math.nan) for w in res.widths])
+        ok = np.isfinite(values)
+        if ok.any():
+            ax.plot(
+                widths[ok],
+                values[ok],
+                color=colours[layer],
+                marker="o",
+                ms=4,
+                lw=1.5,
+                label=f"ℓ{layer} {name}",
+            )
+    if not layers:
+        no_data(ax, "no layerwise data")
+        return
+    width_axis(ax, res.widths, width_label(res))
+    ax.set_ylabel("LEWC cosine at λ = ½")
+    finish_axes(ax)
+
+
+PER_WEIGHT_DECAY = (
+    accuracy_vs_width,
+    barriers_vs_width,
+    interpolation_curves,
+    inverse_temperature,
+    layer_cosines,
+    second_moments,
+    spectra,
+)

@@ -1,0 +1,300 @@
+"""Reading a results folder written by ``lmc.experiments`` (read-only; nothing is computed on
+models here).
+
+Files (see the package docstring for columns): ``results.csv`` (required), ``study.json``,
+``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv`` (all
+optional). Numbers are parsed to ``float`` (``pair`` and ``layer`` to ``int``); an empty cell,
+``nan`` or ``None`` becomes NaN; a missing column reads as NaN everywhere. Path convention:
+θ(λ) = (1 − λ)θ_A + λθ_B, so ``lam`` = 0 is model A and 1 is model B. Accuracies are fractions.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmc.config import LmcError
+
+# Columns kept as text; every other column is parsed as a number.
+TEXT_COLUMNS = frozenset({"dataset", "model", "method", "split", "bn", "name", "kind"})
+INT_COLUMNS = frozenset({"pair", "layer", "pairs"})
+REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")
+# Canonical order of merge methods in figures and tables; unknown methods follow, sorted.
+METHOD_ORDER = ("none", "weight", "activation", "ste", "random")
+
+
+def number(value: Any) -> float:
+    """A cell as a float: empty / ``nan`` / ``None`` / unparsable text -> NaN."""
+    if value is None:
+        return math.nan
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    if not text or text.lower() in ("nan", "none", "null", "na"):
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def coerce_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse one CSV row: text columns stay text, ``pair``/``layer`` become int, rest float."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key is None:  # surplus cells of a ragged row
+            continue
+        if key in TEXT_COLUMNS:
+            out[key] = "" if value is None else str(value)
+        elif key in INT_COLUMNS:
+            v = number(value)
+            out[key] = int(v) if math.isfinite(v) else -1
+        else:
+            out[key] = number(value)
+    return out
+
+
+def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """A CSV file as a list of parsed rows (see ``coerce_row``)."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as handle:
+            return [coerce_row(row) for row in csv.DictReader(handle)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LmcError(f"cannot read {path} ({exc}); re-run `lmc sweep` to rewrite it") from exc
+
+
+def is_close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9
+
+
+def method_sort_key(method: str) -> tuple[int, str]:
+    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+
+
+@dataclass
+class Results:
+    """A parsed results folder. Optional inputs that are absent are ``None``; ``notes`` lists
+    optional files that were absent or unreadable (the report shows them)."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    study: dict[str, Any] = field(default_factory=dict)
+    toml: str | None = None
+    layers: list[dict[str, Any]] | None = None
+    moments: list[dict[str, Any]] | None = None
+    spectra: list[dict[str, Any]] | None = None
+    table1_rows: list[dict[str, Any]] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    # ---- the grid -------------------------------------------------------------------------
+    def _distinct(self, key: str) -> list:
+        return list(dict.fromkeys(r[key] for r in self.rows))
+
+    @property
+    def widths(self) -> list[float]:
+        return sorted(w for w in self._distinct("width") if math.isfinite(w))
+
+    @property
+    def weight_decays(self) -> list[float]:
+        """Weight decays, strongest first (the width paper's default 3e-3 before 1e-4)."""
+        return sorted((w for w in self._distinct("weight_decay") if math.isfinite(w)), reverse=True)
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted(self._distinct("method"), key=method_sort_key)
+
+    @property
+    def pairs(self) -> list[int]:
+        return sorted(self._distinct("pair"))
+
+    @property
+    def lams(self) -> list[float]:
+        return sorted(v for v in self._distinct("lam") if math.isfinite(v))
+
+    def _text(self, key: str) -> str:
+        values = [v for v in self._distinct(key) if v] if self.rows and key in self.rows[0] else []
+        return ", ".join(values) if values else "?"
+
+    @property
+    def dataset(self) -> str:
+        return self._text("dataset")
+
+    @property
+    def model(self) -> str:
+        return self._text("model")
+
+    @property
+    def split(self) -> str:
+        return self._text("split")
+
+    @property
+    def bn(self) -> str:
+        return self._text("bn")
+
+    @property
+    def is_mlp(self) -> bool:
+        return self.model.lower().startswith("mlp")
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether any calibrated loss was recorded (calibration on)."""
+        return any(math.isfinite(r.get("calibrated_loss", math.nan)) for r in self.rows)
+
+    @property
+    def num_layers(self) -> int | None:
+        """L, the number of weight layers (the logits' layer index), from ``layers.csv``."""
+        if not self.layers:
+            return None
+        layers = [r.get("layer", -1) for r in self.layers]
+        top = max(layers, default=-1)
+        return top if top > 0 else None
+
+    # ---- selections -----------------------------------------------------------------------
+    def select(
+        self,
+        *,
+        weight_decay: float | None = None,
+        method: str | None = None,
+        width: float | None = None,
+        pair: int | None = None,
+        lam: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows of ``results.csv`` matching every given key (λ compared with tolerance)."""
+        out = []
+        for r in self.rows:
+            if weight_decay is not None and r["weight_decay"] != weight_decay:
+                continue
+            if method is not None and r["method"] != method:
+                continue
+            if width is not None and r["width"] != width:
+                continue
+            if pair is not None and r["pair"] != pair:
+                continue
+            if lam is not None and not is_close(r["lam"], lam):
+                continue
+            out.append(r)
+        return out
+
+    def stat(
+        self, column: str, *, weight_decay: float, method: str, width: float, lam: float = 0.5
+    ) -> tuple[float, float, int]:
+        """(mean, sample std (ddof=1; 0 with one value), count) of ``column`` over pairs at λ,
+        NaN cells skipped; (NaN, NaN, 0) when nothing is finite."""
+        values = [
+            r.get(column, math.nan)
+            for r in self.select(weight_decay=weight_decay, method=method, width=width, lam=lam)
+        ]
+        return mean_std(values)
+
+    def layer_rows(
+        self,
+        *,
+        weight_decay: float | None = None,
+        method: str | None = None,
+        width: float | None = None,
+        lam: float | None = None,
+    ) -> list[dict[str, Any]]:
+        out = []
+        for r in self.layers or []:
+            if weight_decay is not None and r.get("weight_decay") != weight_decay:
+                continue
+            if method is not None and r.get("method") != method:
+                continue
+            if width is not None and r.get("width") != width:
+                continue
+            if lam is not None and not is_close(r.get("lam", math.nan), lam):
+                continue
+            out.append(r)
+        return out
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """Mean and sample std (ddof=1) of the finite values; std 0 with one value."""
+    finite = np.array([v for v in values if math.isfinite(v)], dtype=np.float64)
+    if finite.size == 0:
+        return math.nan, math.nan, 0
+    std = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+    return float(finite.mean()), std, int(finite.size)
+
+
+def _optional_json(path: Path, notes: list[str]) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        notes.append(f"`{path.name}` could not be read ({exc}); it was ignored.")
+        return None
+
+
+def _optional_records(path: Path, notes: list[str], required: tuple[str, ...]) -> list | None:
+    data = _optional_json(path, notes)
+    if data is None:
+        return None
+    if not isinstance(data, list) or not all(
+        isinstance(d, dict) and all(k in d for k in required) for d in data
+    ):
+        notes.append(f"`{path.name}` is not a list of records with {', '.join(required)}; ignored.")
+        return None
+    return data
+
+
+def load_results(results_dir: str | os.PathLike) -> Results:
+    """Parse a results folder. A folder without ``results.csv`` is an ``LmcError``."""
+    path = Path(results_dir)
+    if not path.is_dir():
+        raise LmcError(f"{path} is not a folder; run `lmc sweep` first to write a results folder")
+    results_csv = path / "results.csv"
+    if not results_csv.exists():
+        raise LmcError(f"{path} has no results.csv; run `lmc sweep` first to write one there")
+    rows = read_csv(results_csv)
+    if not rows:
+        raise LmcError(f"{results_csv} has no rows; run `lmc sweep` again to fill it")
+    missing = [c for c in REQUIRED_RESULT_COLUMNS if c not in rows[0]]
+    if missing:
+        raise LmcError(
+            f"{results_csv} lacks column(s) {', '.join(missing)}; it was not written by "
+            "`lmc sweep` (re-run it)"
+        )
+    notes: list[str] = []
+    study = _optional_json(path / "study.json", notes)
+    if study is None:
+        notes.append("`study.json` is absent: no config, versions or timing to show.")
+        study = {}
+    elif not isinstance(study, dict):
+        notes.append("`study.json` is not a JSON object; ignored.")
+        study = {}
+    toml_path = path / "study.toml"
+    toml = toml_path.read_text() if toml_path.exists() else None
+    layers = read_csv(path / "layers.csv") if (path / "layers.csv").exists() else None
+    if layers is not None and (not layers or "layer" not in layers[0]):
+        notes.append("`layers.csv` has no rows or no `layer` column; ignored.")
+        layers = None
+    if layers is None and not any("layers.csv" in n for n in notes):
+        notes.append("`layers.csv` is absent (analysis off): layerwise figures are skipped.")
+    unit_keys = ("width", "weight_decay", "pair", "layer", "name", "model")
+    moments = _optional_records(path / "moments.json", notes, (*unit_keys, "values"))
+    spectra = _optional_records(path / "spectra.json", notes, (*unit_keys, "singular_values"))
+    table1_rows = None
+    if (path / "table1.csv").exists():
+        table1_rows = read_csv(path / "table1.csv")
+    return Results(
+        path=path,
+        rows=rows,
+        study=study,
+        toml=toml,
+        layers=layers,
+        moments=moments,
+        spectra=spectra,
+        table1_rows=table1_rows,
+        notes=notes,
+    )
