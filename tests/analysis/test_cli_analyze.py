@@ -6,6 +6,7 @@ import csv
 import json
 
 import pytest
+import torch
 
 from lmc.analysis import RECORD_KEYS
 from lmc.cli.main import main
@@ -124,10 +125,53 @@ def test_align_without_lmc_perm_align_is_a_clear_error(runs, capsys):
     import lmc.perm
 
     if hasattr(lmc.perm, "align"):
-        pytest.skip("lmc.perm.align exists: covered by the aligned-analysis test")
+        pytest.skip("lmc.perm.align exists: covered by test_align_weight_undoes_a_permutation")
     store, a, b = runs
     code = main(
         ["analyze", str(a.path), str(b.path), "--align", "weight", "--quiet", "--device", "cpu"]
     )
     assert code == 2
     assert "lmc.perm.align" in capsys.readouterr().err
+
+
+def test_align_weight_undoes_a_permutation(runs, capsys):
+    """B = a random permutation of A: low endpoint cosines as it is, cosines 1 once aligned."""
+    perm = pytest.importorskip("lmc.perm")
+    if not hasattr(perm, "align"):
+        pytest.skip("lmc.perm has no align yet")
+    store, a, _ = runs
+    model = a.build_model()
+    spec = perm.spec_from_model(model, torch.zeros(2, 1, 8, 8))
+    permuted = perm.apply_permutation(
+        spec, perm.random_permutation(spec, seed=5), model.state_dict()
+    )
+    config = {**a.config, "kind": "permuted"}
+    b = store.save(config, permuted, {})
+
+    def analyse(*extra):
+        code = main(
+            [
+                "analyze",
+                str(a.path),
+                str(b.path),
+                "--json",
+                "--quiet",
+                "--device",
+                "cpu",
+                "--max-examples",
+                "200",
+                *extra,
+            ]
+        )
+        assert code == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain = analyse()["layers"]
+    assert max(r["endpoint_cosine"] for r in plain if r["kind"] == "hidden") < 0.9
+    aligned = analyse("--align", "weight")
+    assert aligned["settings"]["align"] == "weight" and aligned["settings"]["aligned"]
+    for r in aligned["layers"]:
+        assert r["llfc_cosine"] == pytest.approx(1.0, abs=1e-6)
+        assert r["lewc_cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert main(["analyze", str(a.path), str(b.path), "--align", "bogus", "--quiet"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -10,15 +10,8 @@ Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: SC
 - ``gaussian_relu_cosine(dim, samples, seed)`` and ``GAUSSIAN_RELU_LIMIT``: Theorem 5.4.
 """
 
-from .pipeline import (
-    RECORD_KEYS,
-    AnalysisResult,
-    analyze,
-    apply_weight,
-    has_bias,
-    layerwise,
-    lerp_state,
-)
+from .layers import apply_weight, has_bias
+from .pipeline import RECORD_KEYS, AnalysisResult, analyze, layerwise, lerp_state
 from .probes import derive_probe_points, resolve_probe_points
 from .spectra import effective_rank, singular_values, stable_rank
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine

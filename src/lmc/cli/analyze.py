@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--align",
         default="none",
         metavar="METHOD",
-        help="permute B to match A first with lmc.perm.align (e.g. weight, activation, ste); "
-        "none = analyse B as it is",
+        help="permute B to match A first with lmc.perm.align on the training split: weight, "
+        "activation, ste or random; none = analyse B as it is",
     )
     parser.add_argument(
         "--lam", default="0.5", help="λ or comma-separated list (θ(λ) = (1 − λ)θ_A + λθ_B)"
@@ -83,7 +83,7 @@ def check_compatible(run_a: Run, run_b: Run) -> None:
             )
 
 
-def align_state(method: str, model_a, model_b, data, seed: int):
+def align_state(method: str, model_a, model_b, data, seed: int, quiet: bool):
     """B's state permuted to match A by ``lmc.perm.align`` (imported only when asked for)."""
     try:
         from lmc.perm import align
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
     state_b = None
     if args.align != "none":
-        state_b = align_state(args.align, model_a, model_b, data, args.seed)
+        state_b = align_state(args.align, model_a, model_b, data, args.seed, args.quiet)
     result = analyze(
         model_a,
         model_b,
