@@ -235,3 +235,26 @@ def test_table1_csv_is_preferred_when_present(tmp_path, make_synthetic):
     doc = parse(paths["report_html"])
     assert "0.123 ± 0.079" in doc.cells
     assert "Values from table1.csv." in "".join(doc.text)
+
+
+def test_missing_layer_columns_and_corrupt_optional_files(tmp_path, make_synthetic):
+    """Columns absent from layers.csv become 'not recorded' panels; a corrupt moments.json and
+    a spectra.json of the wrong shape are ignored with a note; nothing raises."""
+    synthetic = make_synthetic(tmp_path / "res", widths=(8, 32), weight_decays=(1e-4,), pairs=2)
+    layers = synthetic.path / "layers.csv"
+    lines = layers.read_text().splitlines()
+    header = lines[0].split(",")
+    drop = {header.index(c) for c in ("weak_additivity_cosine", "reciprocal_cosine")}
+    layers.write_text(
+        "\n".join(",".join(c for i, c in enumerate(line.split(",")) if i not in drop)
+                  for line in lines) + "\n"
+    )  # fmt: skip
+    (synthetic.path / "moments.json").write_text("[{not json")
+    (synthetic.path / "spectra.json").write_text('{"a": 1}')
+    paths = write_report(synthetic.path)
+    names = {Path(f).stem for f in paths["figures"]}
+    assert "layer_cosines_wd0.0001" in names and "moments_wd0.0001" not in names
+    text = "".join(parse(paths["report_html"]).text)
+    assert "moments.json could not be read" in text
+    assert "spectra.json is not a list of records" in text
+    assert "skipped (only one weight decay" in text

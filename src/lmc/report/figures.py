@@ -106,7 +106,7 @@ def _finite(values: np.ndarray) -> bool:
 def _same(series: Sequence[np.ndarray]) -> bool:
     first = series[0]
     return all(
-        s.shape == first.shape and np.allclose(s, first, rtol=1e-9, atol=1e-12, equal_nan=True)
+        s.shape == first.shape and np.allclose(s, first, rtol=1e-5, atol=1e-9, equal_nan=True)
         for s in series[1:]
     )
 
@@ -342,7 +342,7 @@ def inverse_temperature(res: Results, wd: float) -> Plot | Skip:
         ax.annotate(
             "midpoint β ≈ 2^(L−1) × ensemble β",
             xy=(x[ok][-1], factor * ens[ok][-1]),
-            xytext=(-8, 8),
+            xytext=(-6, -14),
             textcoords="offset points",
             ha="right",
             fontsize=8,
@@ -500,8 +500,16 @@ def _by_layer(records: list[dict], width: float, pair: int) -> dict[tuple[int, s
     out: dict[tuple[int, str], dict] = {}
     for r in records:
         if float(r["width"]) == width and int(r["pair"]) == pair:
-            out.setdefault((int(r["layer"]), str(r["name"])), {})[str(r["model"]).lower()] = r
+            out.setdefault((_layer_index(r), str(r["name"])), {})[str(r["model"]).lower()] = r
     return out
+
+
+def _layer_index(record: dict) -> int:
+    """The record's layer ℓ; records without one (e.g. written without analysis) sort last."""
+    try:
+        return int(record["layer"])
+    except (TypeError, ValueError, KeyError):
+        return 10**6
 
 
 def second_moments(res: Results, wd: float) -> Plot | Skip:

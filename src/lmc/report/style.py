@@ -15,7 +15,13 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+from matplotlib.ticker import (
+    FixedLocator,
+    FuncFormatter,
+    LogLocator,
+    NullFormatter,
+    NullLocator,
+)
 
 DPI = 110
 
@@ -99,11 +105,21 @@ def width_axis(ax, widths: Sequence[float], label: str) -> None:
 
 
 def log_scale(ax, axis: str = "x") -> None:
-    """Log scale with unlabelled minor ticks (minor tick labels are slow and cluttered)."""
-    target = ax.xaxis if axis == "x" else ax.yaxis
+    """Log scale for an axis whose data are already plotted. Over two decades or more, only
+    the decades are ticked (minor ticks are slow to lay out and add nothing); over a narrower
+    range, ticks at 1, 2 and 5 times each decade, labelled as plain numbers."""
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    target.set_minor_formatter(NullFormatter())
-    target.set_minor_locator(NullLocator())
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    lo, hi = ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly
+    if lo > 0 and math.isfinite(lo) and math.isfinite(hi) and hi / lo >= 100:
+        target.set_minor_locator(NullLocator())
+        target.set_minor_formatter(NullFormatter())
+        return
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    target.set_major_locator(LogLocator(base=10))
+    target.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    target.set_major_formatter(plain)
+    target.set_minor_formatter(plain)
 
 
 def no_data(ax, text: str) -> None:
