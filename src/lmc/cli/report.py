@@ -18,10 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "results_dir", metavar="RESULTS_DIR", help="folder written by `lmc sweep` (results.csv)"
     )
     parser.add_argument(
-        "--out", default=None, help="folder for the report and figures/ (default: RESULTS_DIR)"
+        "--out", default=None, help="folder for the report and figures/ (None means RESULTS_DIR)"
     )
     parser.add_argument(
-        "--title", default=None, help="report title (default: from the dataset, model and study)"
+        "--title",
+        default=None,
+        help="report title (None means one made from the dataset, model and study name)",
     )
     add_output_options(parser)
 
