@@ -59,3 +59,9 @@ def bn_pair(digits):
         train_mlp(0, x_tr, y_tr, norm="batch", steps=60),
         train_mlp(1, x_tr, y_tr, norm="batch", steps=60),
     )
+
+
+@pytest.fixture(scope="session")
+def train_fn():
+    """The training helper, for tests that train their own models."""
+    return train_mlp

@@ -127,7 +127,12 @@ def lerp_stack(
         b = state_b[key].detach().to(device=a.device)
         work = torch.float32 if a.dtype in _LOW_PRECISION else a.dtype
         lam = torch.tensor(lams, dtype=work, device=a.device).reshape(-1, *([1] * a.dim()))
-        out[key] = ((1.0 - lam) * a.to(work) + lam * b.to(work)).to(a.dtype)
+        # Two passes over the K-fold output and no K-fold temporaries: (1 - lam) * a, then
+        # += lam * b in place.
+        stacked = torch.empty((len(lams), *a.shape), dtype=work, device=a.device)
+        torch.mul(1.0 - lam, a.to(work), out=stacked)
+        stacked.addcmul_(lam, b.to(work))
+        out[key] = stacked.to(a.dtype)
     return out
 
 

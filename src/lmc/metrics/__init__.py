@@ -26,7 +26,13 @@ from .barriers import (
     midpoint_loss_barrier,
 )
 from .baselines import moved_entries, random_direction_state
-from .calibration import BETA_MAX, BETA_MIN, cross_entropy_at, fit_inverse_temperature
+from .calibration import (
+    BETA_MAX,
+    BETA_MIN,
+    cross_entropy_at,
+    fit_inverse_temperature,
+    mean_cross_entropy,
+)
 from .path import METHODS, PathResult, calibration_split, evaluate_path, lambda_grid
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
     "lambda_grid",
     "loss_barrier",
     "max_minus_mean_loss",
+    "mean_cross_entropy",
     "mean_minus_min_accuracy",
     "midpoint_accuracy_barrier",
     "midpoint_loss_barrier",

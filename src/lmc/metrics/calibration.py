@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 
 from lmc.config import LmcError
 
@@ -34,14 +34,30 @@ def _check(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, to
     return logits.detach(), labels.detach().to(device=logits.device, dtype=torch.int64)
 
 
+def mean_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, beta: float = 1.0
+) -> torch.Tensor:
+    """Mean cross-entropy of softmax(beta * logits) for a stack of models, in float64.
+
+    ``logits``: (k, N, C), one slice per model; ``labels``: (N,). Returns a (k,) float64
+    tensor: ``mean_i [logsumexp_j(beta * z_kij) - beta * z_ki,label_i]``. One set of kernels
+    for the whole stack (no per-model launches); the arithmetic :func:`cross_entropy_at` and
+    :func:`lmc.metrics.evaluate_path` share.
+    """
+    z = logits.double()
+    if beta != 1.0:
+        z = z * float(beta)
+    target = z.gather(2, labels.view(1, -1, 1).expand(z.shape[0], -1, 1)).squeeze(2)
+    return (torch.logsumexp(z, dim=2) - target).mean(dim=1)
+
+
 def cross_entropy_at(logits: torch.Tensor, labels: torch.Tensor, beta: float = 1.0) -> float:
     """Mean cross-entropy (nats) of softmax(beta * logits) against ``labels``, in float64.
 
     ``logits``: (N, C); ``labels``: (N,) class indices.
     """
     logits, labels = _check(logits, labels)
-    z = logits.double() * float(beta)
-    return F.cross_entropy(z, labels, reduction="mean").item()
+    return mean_cross_entropy(logits[None], labels, beta)[0].item()
 
 
 def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
@@ -64,24 +80,26 @@ def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float
     from scipy.optimize import minimize_scalar
 
     logits, labels = _check(logits, labels)
-    z = logits.double()
-    if not torch.isfinite(z).all():
+    # The search runs in NumPy on the CPU: ~40 evaluations of a few small vector operations,
+    # which are faster single-threaded than as (possibly GPU) kernel launches.
+    z = logits.detach().to("cpu", torch.float64).numpy()
+    y = labels.cpu().numpy()
+    if not np.isfinite(z).all():
         raise LmcError("cannot calibrate non-finite logits (the model diverged)")
-    d = z - z.gather(1, labels[:, None])  # d[i, label_i] = 0
-    top = d.max(dim=1, keepdim=True)
-    m, k = top.values, top.indices  # m >= 0; the argmax does not depend on beta > 0
-    rest = (d - m).scatter(1, k, float("-inf"))  # <= 0, the argmax column excluded
+    rows = np.arange(z.shape[0])
+    d = z - z[rows, y][:, None]  # d[i, label_i] = 0
+    k = d.argmax(axis=1)  # the argmax does not depend on beta > 0
+    m = d[rows, k]  # >= 0
+    rest = d - m[:, None]
+    rest[rows, k] = -np.inf  # <= 0, the argmax column excluded
     if (m == 0).all() and (rest < 0).all():
         return BETA_MAX  # every label is the strict argmax: separable, beta -> infinity
     if (z == z[:, :1]).all():
         return 1.0  # constant logits: the loss does not depend on beta
-    n = z.shape[0]
-    m = m.squeeze(1)
 
     def objective(log_beta: float) -> float:
         beta = math.exp(log_beta)
-        ce = beta * m + torch.log1p(torch.exp(beta * rest).sum(dim=1))
-        return (ce.sum() / n).item()
+        return float(np.mean(beta * m + np.log1p(np.exp(beta * rest).sum(axis=1))))
 
     res = minimize_scalar(
         objective,

@@ -50,7 +50,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lmc.config import LmcError, progress
@@ -65,7 +64,7 @@ from lmc.merge import (
 )
 
 from .barriers import barriers as _barriers
-from .calibration import fit_inverse_temperature
+from .calibration import fit_inverse_temperature, mean_cross_entropy
 
 METHODS = ("auto", "batched", "loop")
 _TOL = 1e-9
@@ -179,11 +178,6 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _ce(z: torch.Tensor, y: torch.Tensor, beta: float = 1.0) -> float:
-    """Mean cross-entropy in float64 (the same arithmetic as ``cross_entropy_at``)."""
-    return F.cross_entropy(z.double() * float(beta), y, reduction="mean").item()
-
-
 def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
     if not torch.isfinite(z).all():
         return math.nan
@@ -191,35 +185,69 @@ def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
 
 
 class _Metrics:
-    """Turns one model's logits on the split into the per-lambda numbers."""
+    """Turns a stack of models' logits on the split into the per-lambda numbers.
+
+    Everything but the beta searches is computed for the whole stack at once (a handful of
+    kernels per chunk of lambdas, not per lambda), and each example's cross-entropy is computed
+    once: the held-out loss is a subset mean of the same rows.
+    """
 
     def __init__(self, y: torch.Tensor, calibrate: bool, seed: int, fraction: float) -> None:
         self.y = y
         self.calibrate = calibrate
-        self.rows: list[dict[str, float]] = []
         if calibrate:
             cal, held = calibration_split(len(y), seed, fraction)
             self.cal, self.held = cal.to(y.device), held.to(y.device)
             self.y_cal, self.y_held = y[self.cal], y[self.held]
 
-    def __call__(self, z: torch.Tensor, z_ens: torch.Tensor) -> dict[str, float]:
+    def _ce_rows(self, z: torch.Tensor) -> torch.Tensor:
+        """(k, N) float64 cross-entropy of every example under every model of the stack."""
+        zd = z.double()
+        target = zd.gather(2, self.y.view(1, -1, 1).expand(zd.shape[0], -1, 1)).squeeze(2)
+        return torch.logsumexp(zd, dim=2) - target
+
+    def _calibrate(self, z: torch.Tensor) -> tuple[list[float], list[float]]:
+        """Per model of the stack: beta on the calibration subset, calibrated held-out loss."""
+        betas = [_fit(z[k, self.cal], self.y_cal) for k in range(z.shape[0])]
+        finite = torch.tensor([0.0 if math.isnan(b) else b for b in betas], dtype=torch.float64)
+        scaled = z[:, self.held].double() * finite.to(z.device).view(-1, 1, 1)
+        losses = mean_cross_entropy(scaled, self.y_held).tolist()
+        return betas, [math.nan if math.isnan(b) else v for b, v in zip(betas, losses)]
+
+    def __call__(
+        self, lams: list[float], z: torch.Tensor, z_a: torch.Tensor, z_b: torch.Tensor
+    ) -> list[dict[str, float]]:
+        """Rows for ``lams``; ``z``: (k, N, C) logits of theta(lam) for those lambdas, ``z_a``,
+        ``z_b``: (N, C) logits of the endpoints (for the ensemble (1 - lam) f_A + lam f_B)."""
         y = self.y
-        row = {
-            "loss": _ce(z, y),
-            "accuracy": (z.argmax(1) == y).double().mean().item(),
-            "logit_norm": torch.linalg.vector_norm(z.double(), dim=1).mean().item(),
-            "ensemble_loss": _ce(z_ens, y),
-            "ensemble_accuracy": (z_ens.argmax(1) == y).double().mean().item(),
+        lam = torch.tensor(lams, dtype=z_a.dtype, device=z_a.device).view(-1, 1, 1)
+        z_ens = (1.0 - lam) * z_a + lam * z_b
+        ce = self._ce_rows(z)
+        cols: dict[str, list[float]] = {
+            "loss": ce.mean(dim=1).tolist(),
+            "accuracy": (z.argmax(2) == y).double().mean(dim=1).tolist(),
+            "logit_norm": torch.linalg.vector_norm(z.double(), dim=2).mean(dim=1).tolist(),
+            "ensemble_loss": self._ce_rows(z_ens).mean(dim=1).tolist(),
+            "ensemble_accuracy": (z_ens.argmax(2) == y).double().mean(dim=1).tolist(),
         }
         if self.calibrate:
-            for prefix, logits in (("", z), ("ensemble_", z_ens)):
-                beta = _fit(logits[self.cal], self.y_cal)
-                row[f"{prefix}inverse_temperature"] = beta
-                row[f"{prefix}calibrated_loss"] = (
-                    math.nan if math.isnan(beta) else _ce(logits[self.held], self.y_held, beta)
-                )
-            row["heldout_loss"] = _ce(z[self.held], self.y_held)
-        return row
+            cols["heldout_loss"] = ce[:, self.held].mean(dim=1).tolist()
+            cols["inverse_temperature"], cols["calibrated_loss"] = self._calibrate(z)
+            (
+                cols["ensemble_inverse_temperature"],
+                cols["ensemble_calibrated_loss"],
+            ) = self._calibrate(z_ens)
+        return [{key: values[k] for key, values in cols.items()} for k in range(len(lams))]
+
+
+def _spans(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """``ceil(n / batch_size)`` contiguous ``(start, stop)`` spans of (nearly) equal size.
+
+    Equal sizes keep every matrix product the same shape (no small, slow remainder batch).
+    """
+    count = max(1, -(-n // max(1, batch_size)))
+    bounds = [round(i * n / count) for i in range(count + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(count) if bounds[i + 1] > bounds[i]]
 
 
 @torch.inference_mode()
@@ -227,10 +255,7 @@ def _logits(
     model: nn.Module, x: torch.Tensor, batch_size: int, device: torch.device
 ) -> torch.Tensor:
     """The model's logits on every example of ``x`` (one plain forward per batch)."""
-    out = [
-        model(x[s : s + batch_size].to(device, non_blocking=True))
-        for s in range(0, len(x), batch_size)
-    ]
+    out = [model(x[s:e].to(device, non_blocking=True)) for s, e in _spans(len(x), batch_size)]
     return torch.cat(out).float()
 
 
@@ -250,13 +275,13 @@ def _batched_logits(
     batched = vmap(forward, in_dims=(0, None))
     out: torch.Tensor | None = None
     with torch.inference_mode():
-        for s in range(0, len(x), batch_size):
-            z = batched(stacked, x[s : s + batch_size].to(device, non_blocking=True))
+        for s, e in _spans(len(x), batch_size):
+            z = batched(stacked, x[s:e].to(device, non_blocking=True))
             if out is None:
                 out = torch.empty(
                     (z.shape[0], len(x), z.shape[2]), dtype=torch.float32, device=device
                 )
-            out[:, s : s + z.shape[1]] = z
+            out[:, s:e] = z
     assert out is not None
     return out
 
@@ -388,15 +413,14 @@ def evaluate_path(
             z_b = _logits(model_b_eval, x, loop_bs, device)
 
         interior = [lam for lam in grid if 0.0 < lam < 1.0]
-        logits: dict[float, torch.Tensor] = {0.0: z_a, 1.0: z_b}
         rows: dict[float, dict[str, float]] = {}
 
-        def record(lam: float, z: torch.Tensor) -> None:
-            z_ens = z_a if lam == 0.0 else z_b if lam == 1.0 else (1.0 - lam) * z_a + lam * z_b
-            rows[lam] = metrics(z, z_ens)
+        def record(lams: list[float], z: torch.Tensor) -> None:
+            for lam, row in zip(lams, metrics(lams, z, z_a, z_b)):
+                rows[lam] = row
 
-        for lam in (0.0, 1.0):
-            record(lam, logits[lam])
+        record([0.0], z_a[None])
+        record([1.0], z_b[None])
         if method == "batched" and interior:
             per_point = max(1, _state_bytes(state_a))
             chunk = max(1, min(len(interior), max_stack_bytes // per_point))
@@ -414,11 +438,10 @@ def evaluate_path(
                     method = "loop"  # an operation torch.vmap cannot batch: fall back
                     break
                 del stacked
-                for k, lam in enumerate(lams):
-                    record(lam, z[k])
+                record(lams, z)
         if method == "loop":
             for lam in progress(interior, quiet=quiet, desc=f"path (bn {bn_mode})"):
-                record(lam, _logits(prepare(lam), x, loop_bs, device))
+                record([lam], _logits(prepare(lam), x, loop_bs, device)[None])
     finally:
         for m, training in {**modes, **modes_b}.items():
             m.training = training

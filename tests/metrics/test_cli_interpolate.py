@@ -1,0 +1,100 @@
+"""`lmc interpolate` end to end on two tiny digits runs in a temporary store."""
+
+import csv
+import json
+
+import pytest
+
+from lmc.cli.main import main
+from lmc.metrics import BARRIER_KEYS
+from lmc.store import RunStore
+
+SUMMARY_KEYS = {
+    "lambdas", "loss", "accuracy", "calibrated_loss", "inverse_temperature", "ensemble_loss",
+    "ensemble_accuracy", "logit_norm", *BARRIER_KEYS, "align", "bn", "split",
+    "calibration_seed", "calibration_fraction", "run_a", "run_b", "environment",
+}  # fmt: skip
+
+
+def save_run(store, seed, width, digits_data, train_mlp):
+    x_tr = digits_data.x_train.flatten(1)
+    model = train_mlp(seed, x_tr, digits_data.y_train, width=width, steps=80)
+    config = {
+        "kind": "train",
+        "dataset": "digits",
+        "dataset_options": {},
+        "model": "mlp",
+        "model_options": {"input_size": 64, "num_classes": 10, "width": width, "depth": 3},
+        "train": {"init_seed": seed, "data_seed": seed, "steps": 80},
+    }
+    return store.save(config, model.state_dict(), {"final_test_accuracy": None}).path
+
+
+@pytest.fixture(scope="module")
+def store_runs(tmp_path_factory, request):
+    import lmc.data
+
+    train_mlp = request.getfixturevalue("train_fn")
+    data = lmc.data.load("digits")
+    store = RunStore(tmp_path_factory.mktemp("runs"))
+    return {
+        "a": save_run(store, 0, 24, data, train_mlp),
+        "b": save_run(store, 1, 24, data, train_mlp),
+        "wide": save_run(store, 2, 32, data, train_mlp),
+        "root": store.root,
+    }
+
+
+def test_json_summary_and_files(store_runs, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main([
+        "interpolate", str(store_runs["a"]), str(store_runs["b"]), "--lambdas", "5",
+        "--calibrate", "--baseline", "random-direction", "--json", "--quiet",
+        "--device", "cpu", "--out", str(out), "--calibration-seed", "3",
+    ])  # fmt: skip
+    captured = capsys.readouterr()
+    assert rc == 0
+    summary = json.loads(captured.out)  # exactly one JSON object on stdout
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["lambdas"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert summary["bn"] == "none" and summary["align"] == "none" and summary["split"] == "test"
+    assert summary["calibration_seed"] == 3 and summary["calibration_fraction"] == 0.2
+    assert all(0.0 <= a <= 1.0 for a in summary["accuracy"])
+    assert all(b > 0 for b in summary["inverse_temperature"])
+    assert summary["calibrated_midpoint_loss_barrier"] is not None
+    assert summary["baseline"]["kind"] == "random-direction"
+    assert len(summary["baseline"]["loss"]) == 5
+    assert summary["baseline"]["loss"][0] == summary["loss"][0]
+    assert json.loads((out / "summary.json").read_text())["loss"] == summary["loss"]
+    rows = list(csv.DictReader((out / "curve.csv").open()))
+    assert [r["path"] for r in rows] == ["interpolation"] * 5 + ["random-direction"] * 5
+    assert float(rows[2]["lambda"]) == 0.5
+    assert float(rows[2]["loss"]) == pytest.approx(summary["loss"][2])
+    assert (out / "path.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_output_and_run_names_in_the_store(store_runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = main([
+        "interpolate", store_runs["a"].name, store_runs["b"].name, "--runs-dir",
+        str(store_runs["root"]), "--lambdas", "0.25,0.75", "--quiet", "--device", "cpu",
+        "--max-examples", "200",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "loss_barrier" in out and "200 test examples" in out
+    assert len([line for line in out.splitlines() if line.startswith(" 0.")]) == 4
+    folder = tmp_path / "interpolations" / f"{store_runs['a'].name}__{store_runs['b'].name}"
+    assert (folder / "curve.csv").exists() and (folder / "path.png").exists()
+
+
+def test_mismatched_runs_are_a_one_line_error(store_runs, tmp_path, capsys):
+    rc = main([
+        "interpolate", str(store_runs["a"]), str(store_runs["wide"]), "--quiet",
+        "--device", "cpu", "--out", str(tmp_path / "x"),
+    ])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1
+    assert "model_options.width" in err and "24" in err and "32" in err
+    assert not (tmp_path / "x").exists()
