@@ -15,7 +15,8 @@ def test_same_distance_random_direction(bn_pair):
     a, b = (m.state_dict() for m in bn_pair)
     names = moved_entries(a)
     assert "norm1.weight" in names and "fc1.weight" in names
-    assert not any(k.endswith(("running_mean", "running_var", "num_batches_tracked")) for k in names)
+    stats = ("running_mean", "running_var", "num_batches_tracked")
+    assert not any(k.endswith(stats) for k in names)
     bp = random_direction_state(a, b, seed=0)
     assert dist(a, bp, names) == pytest.approx(dist(a, b, names), rel=1e-5)
     for k in ("norm1.running_mean", "norm1.running_var", "norm1.num_batches_tracked"):
