@@ -88,3 +88,14 @@ def test_tensor_round_trip(tmp_path):
     save_tensors(tmp_path / "t.safetensors", tensors)
     back = load_tensors(tmp_path / "t.safetensors")
     assert all(torch.equal(tensors[k], back[k]) for k in tensors)
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        write_json(tmp_path / "x.json", {})
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "x.json").stat().st_mode & 0o777 == 0o644
