@@ -99,7 +99,9 @@ def apply_permutation(
     return out
 
 
-def compose_permutations(first: Mapping[str, torch.Tensor], second: Mapping[str, torch.Tensor]) -> Perm:
+def compose_permutations(
+    first: Mapping[str, torch.Tensor], second: Mapping[str, torch.Tensor]
+) -> Perm:
     """The permutation that applies ``first`` and then ``second``.
 
     ``apply(compose(first, second), θ) == apply(second, apply(first, θ))``; as index tensors

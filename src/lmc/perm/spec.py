@@ -88,7 +88,9 @@ def _normalise_entry(name: str, axis: int, entry: Any, size: int) -> AxisEntry:
         if total != size:
             raise LmcError(f"{where}: segments cover {total} indices but the axis has {size}")
     else:
-        raise LmcError(f"{where}: cannot read {entry!r}; use None, a name, (name, repeat) or segments")
+        raise LmcError(
+            f"{where}: cannot read {entry!r}; use None, a name, (name, repeat) or segments"
+        )
     if all(s.perm is None for s in segments):
         return None
     return _merge_fixed(segments)
@@ -140,7 +142,7 @@ class PermutationSpec:
                 _normalise_entry(name, k, e, shape[k]) for k, e in enumerate(entries)
             )
             self._shapes[name] = shape
-        self.group_sizes  # validates that every permutation has one size
+        _ = self.group_sizes  # validates that every permutation has one size
 
     @classmethod
     def from_dict(
@@ -256,7 +258,9 @@ class PermutationSpec:
         return self.summary()
 
 
-def axis_index(entry: AxisEntry, perm: Mapping[str, torch.Tensor], device: Any = None) -> torch.Tensor:
+def axis_index(
+    entry: AxisEntry, perm: Mapping[str, torch.Tensor], device: Any = None
+) -> torch.Tensor:
     """The gather index that permutes one axis: ``permuted = x.index_select(axis, index)``.
 
     New unit ``i`` of permutation ``p`` is old unit ``p[i]``; each unit's ``repeat`` indices

@@ -125,22 +125,70 @@ class TraceResult:
 # ---- the operations the tracer understands --------------------------------------------------
 
 _ACTIVATION_MODULES = (
-    nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.SELU,
-    nn.CELU, nn.Softplus, nn.Mish, nn.Hardswish, nn.Hardsigmoid, nn.Hardtanh, nn.Softsign,
-    nn.Tanhshrink, nn.LogSigmoid, nn.Threshold, nn.Softmax, nn.LogSoftmax, nn.Softmin,
-    nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.GELU,
+    nn.SiLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.LeakyReLU,
+    nn.ELU,
+    nn.SELU,
+    nn.CELU,
+    nn.Softplus,
+    nn.Mish,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.Hardtanh,
+    nn.Softsign,
+    nn.Tanhshrink,
+    nn.LogSigmoid,
+    nn.Threshold,
+    nn.Softmax,
+    nn.LogSoftmax,
+    nn.Softmin,
+    nn.Identity,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
     nn.FeatureAlphaDropout,
 )
 _SPATIAL_MODULES = (
-    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.LPPool1d, nn.LPPool2d, nn.Upsample,
-    nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d, nn.ReflectionPad1d,
-    nn.ReflectionPad2d, nn.ReplicationPad1d, nn.ReplicationPad2d, nn.ReplicationPad3d,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.MaxPool3d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d,
+    nn.LPPool1d,
+    nn.LPPool2d,
+    nn.Upsample,
+    nn.ZeroPad2d,
+    nn.ConstantPad1d,
+    nn.ConstantPad2d,
+    nn.ConstantPad3d,
+    nn.ReflectionPad1d,
+    nn.ReflectionPad2d,
+    nn.ReplicationPad1d,
+    nn.ReplicationPad2d,
+    nn.ReplicationPad3d,
 )
 _CHANNEL_NORMS = (
-    nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm, nn.InstanceNorm1d,
-    nn.InstanceNorm2d, nn.InstanceNorm3d,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
 )
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _CONV_TRANSPOSES = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
@@ -148,32 +196,147 @@ _CONV_TRANSPOSES = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 # Pointwise (or per-position equivariant, like softmax) functions and methods, by name: every
 # tensor operand broadcasts against the others; scalars are ignored.
 _POINTWISE = {
-    "relu", "relu_", "relu6", "gelu", "silu", "elu", "elu_", "selu", "celu", "leaky_relu",
-    "leaky_relu_", "hardtanh", "hardtanh_", "softplus", "mish", "hardswish", "hardsigmoid",
-    "sigmoid", "sigmoid_", "tanh", "tanh_", "logsigmoid", "softsign", "tanhshrink", "dropout",
-    "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "softmax",
-    "log_softmax", "softmin", "normalize", "exp", "exp_", "abs", "abs_", "neg", "neg_", "pos",
-    "sqrt", "rsqrt", "square", "sin", "cos", "log", "log1p", "expm1", "erf", "clamp", "clamp_",
-    "clip", "clip_", "sign", "add", "add_", "iadd", "sub", "sub_", "isub", "mul", "mul_",
-    "imul", "div", "div_", "truediv", "itruediv", "true_divide", "floordiv", "pow", "pow_",
-    "maximum", "minimum", "where", "lerp", "addcmul", "addcdiv", "rsub", "reciprocal",
-    "contiguous", "clone", "detach", "float", "double", "half", "bfloat16", "silu_",
+    "relu",
+    "relu_",
+    "relu6",
+    "gelu",
+    "silu",
+    "elu",
+    "elu_",
+    "selu",
+    "celu",
+    "leaky_relu",
+    "leaky_relu_",
+    "hardtanh",
+    "hardtanh_",
+    "softplus",
+    "mish",
+    "hardswish",
+    "hardsigmoid",
+    "sigmoid",
+    "sigmoid_",
+    "tanh",
+    "tanh_",
+    "logsigmoid",
+    "softsign",
+    "tanhshrink",
+    "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+    "softmax",
+    "log_softmax",
+    "softmin",
+    "normalize",
+    "exp",
+    "exp_",
+    "abs",
+    "abs_",
+    "neg",
+    "neg_",
+    "pos",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "sin",
+    "cos",
+    "log",
+    "log1p",
+    "expm1",
+    "erf",
+    "clamp",
+    "clamp_",
+    "clip",
+    "clip_",
+    "sign",
+    "add",
+    "add_",
+    "iadd",
+    "sub",
+    "sub_",
+    "isub",
+    "mul",
+    "mul_",
+    "imul",
+    "div",
+    "div_",
+    "truediv",
+    "itruediv",
+    "true_divide",
+    "floordiv",
+    "pow",
+    "pow_",
+    "maximum",
+    "minimum",
+    "where",
+    "lerp",
+    "addcmul",
+    "addcdiv",
+    "rsub",
+    "reciprocal",
+    "contiguous",
+    "clone",
+    "detach",
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "silu_",
     "requires_grad_",
 }
 _DATA_FIRST_ONLY = {"to", "type_as", "type"}  # other tensor operands give only dtype/device
-_RESHAPES = {"flatten", "view", "reshape", "view_as", "reshape_as", "unflatten", "squeeze",
-             "unsqueeze", "squeeze_", "unsqueeze_"}
+_RESHAPES = {
+    "flatten",
+    "view",
+    "reshape",
+    "view_as",
+    "reshape_as",
+    "unflatten",
+    "squeeze",
+    "unsqueeze",
+    "squeeze_",
+    "unsqueeze_",
+}
 _EXPANDS = {"expand", "expand_as"}
 _REDUCTIONS = {"mean", "sum", "amax", "amin", "logsumexp", "nansum", "nanmean", "prod"}
-_METADATA = {"size", "dim", "numel", "nelement", "is_contiguous", "get_device", "ndimension",
-             "len", "getattr"}
+_METADATA = {
+    "size",
+    "dim",
+    "numel",
+    "nelement",
+    "is_contiguous",
+    "get_device",
+    "ndimension",
+    "len",
+    "getattr",
+}
 _METADATA_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"}
 _SPATIAL_FUNCS = {
-    "max_pool1d", "max_pool2d", "max_pool3d", "_max_pool1d", "_max_pool2d", "_max_pool3d",
-    "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-    "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
-    "_adaptive_max_pool1d", "_adaptive_max_pool2d", "_adaptive_max_pool3d", "lp_pool1d",
-    "lp_pool2d", "interpolate", "upsample", "pad",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "_max_pool1d",
+    "_max_pool2d",
+    "_max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
+    "_adaptive_max_pool1d",
+    "_adaptive_max_pool2d",
+    "_adaptive_max_pool3d",
+    "lp_pool1d",
+    "lp_pool2d",
+    "interpolate",
+    "upsample",
+    "pad",
 }
 _FUNCTION_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 
@@ -267,9 +430,7 @@ class _Tracer:
 
     def unify(self, a: Sequence[_Seg], b: Sequence[_Seg]) -> bool:
         """Make two tilings of one axis index the same units; freeze both if they can't."""
-        if len(a) != len(b) or any(
-            (x.size, x.repeat) != (y.size, y.repeat) for x, y in zip(a, b)
-        ):
+        if len(a) != len(b) or any((x.size, x.repeat) != (y.size, y.repeat) for x, y in zip(a, b)):
             self.freeze_segs(a)
             self.freeze_segs(b)
             return False
@@ -305,7 +466,9 @@ class _Tracer:
             for axis in range(len(self.shapes[name])):
                 self.bind(name, axis, None)
 
-    def open_group(self, name: str | None, axis: int, size: int, label: str) -> tuple[_Seg, ...] | None:
+    def open_group(
+        self, name: str | None, axis: int, size: int, label: str
+    ) -> tuple[_Seg, ...] | None:
         """The output units of a weight layer: a new group, or the one its weight already has."""
         if name is None or name not in self.alias:
             return None
@@ -350,8 +513,10 @@ class _Tracer:
                     self.leaf[node] = node.target
                 self.env[node] = None
             elif node.op == "output":
-                fx.node.map_arg(node.args, lambda n: self.freeze_segs(
-                    self.env[n].segs if self.env.get(n) else None))
+                fx.node.map_arg(
+                    node.args,
+                    lambda n: self.freeze_segs(self.env[n].segs if self.env.get(n) else None),
+                )
                 for inp in self.tensor_inputs(node):
                     if inp in self.leaf:
                         self.fix(self.leaf[inp])
@@ -369,20 +534,44 @@ class _Tracer:
         x = node.args[0] if node.args else None
         name = node.target
         if isinstance(mod, nn.Linear):
-            self.linear(node, x, f"{name}.weight", f"{name}.bias" if mod.bias is not None else None,
-                        mod.out_features, name)
+            self.linear(
+                node,
+                x,
+                f"{name}.weight",
+                f"{name}.bias" if mod.bias is not None else None,
+                mod.out_features,
+                name,
+            )
         elif isinstance(mod, _CONVS):
-            self.conv(node, x, f"{name}.weight", f"{name}.bias" if mod.bias is not None else None,
-                      mod.out_channels, mod.groups, transposed=False, label=name)
+            self.conv(
+                node,
+                x,
+                f"{name}.weight",
+                f"{name}.bias" if mod.bias is not None else None,
+                mod.out_channels,
+                mod.groups,
+                transposed=False,
+                label=name,
+            )
         elif isinstance(mod, _CONV_TRANSPOSES):
-            self.conv(node, x, f"{name}.weight", f"{name}.bias" if mod.bias is not None else None,
-                      mod.out_channels, mod.groups, transposed=True, label=name)
+            self.conv(
+                node,
+                x,
+                f"{name}.weight",
+                f"{name}.bias" if mod.bias is not None else None,
+                mod.out_channels,
+                mod.groups,
+                transposed=True,
+                label=name,
+            )
         elif isinstance(mod, _CHANNEL_NORMS):
-            self.channel_norm(node, x, [f"{name}.{p}" for p in
-                                        ("weight", "bias", "running_mean", "running_var")])
+            self.channel_norm(
+                node, x, [f"{name}.{p}" for p in ("weight", "bias", "running_mean", "running_var")]
+            )
         elif isinstance(mod, nn.GroupNorm):
-            self.group_norm(node, x, mod.num_groups, mod.num_channels,
-                            [f"{name}.weight", f"{name}.bias"])
+            self.group_norm(
+                node, x, mod.num_groups, mod.num_channels, [f"{name}.weight", f"{name}.bias"]
+            )
         elif isinstance(mod, nn.LayerNorm) or type(mod).__name__ == "RMSNorm":
             shape = getattr(mod, "normalized_shape", ())
             self.layer_norm(node, x, len(shape), [f"{name}.weight", f"{name}.bias"])
@@ -425,26 +614,46 @@ class _Tracer:
             b = self._arg(node, 2, "bias")
             if w not in self.leaf or (b is not None and b not in self.leaf):
                 return self.unknown(node, "uses a computed weight")
-            self.linear(node, args[0], self.leaf[w], self.leaf.get(b), self.shape(w)[0],
-                        self.leaf[w].removesuffix(".weight"))
+            self.linear(
+                node,
+                args[0],
+                self.leaf[w],
+                self.leaf.get(b),
+                self.shape(w)[0],
+                self.leaf[w].removesuffix(".weight"),
+            )
         elif fname in ("conv1d", "conv2d", "conv3d"):
             w = self._arg(node, 1, "weight")
             b = self._arg(node, 2, "bias")
             if w not in self.leaf or (b is not None and b not in self.leaf):
                 return self.unknown(node, "uses a computed weight")
             groups = self._arg(node, 6, "groups", 1)
-            self.conv(node, args[0], self.leaf[w], self.leaf.get(b), self.shape(w)[0], groups,
-                      transposed=False, label=self.leaf[w].removesuffix(".weight"))
+            self.conv(
+                node,
+                args[0],
+                self.leaf[w],
+                self.leaf.get(b),
+                self.shape(w)[0],
+                groups,
+                transposed=False,
+                label=self.leaf[w].removesuffix(".weight"),
+            )
         elif fname in ("matmul", "mm"):
             self.matmul(node, args[0], args[1])
         elif fname == "layer_norm":
             shape = self._arg(node, 1, "normalized_shape")
             shape = (shape,) if isinstance(shape, int) else tuple(shape)
-            self.layer_norm_leaves(node, args[0], len(shape),
-                                   [self._arg(node, 2, "weight"), self._arg(node, 3, "bias")])
+            self.layer_norm_leaves(
+                node,
+                args[0],
+                len(shape),
+                [self._arg(node, 2, "weight"), self._arg(node, 3, "bias")],
+            )
         elif fname == "batch_norm":
-            leaves = [self._arg(node, i, k) for i, k in
-                      ((3, "weight"), (4, "bias"), (1, "running_mean"), (2, "running_var"))]
+            leaves = [
+                self._arg(node, i, k)
+                for i, k in ((3, "weight"), (4, "bias"), (1, "running_mean"), (2, "running_var"))
+            ]
             self.channel_norm_leaves(node, args[0], leaves)
         elif fname in ("cat", "concat", "concatenate"):
             dim = self._arg(node, 1, "dim", None)
@@ -597,8 +806,14 @@ class _Tracer:
 
     def group_norm(self, node, x, groups, channels, names) -> None:
         ok = groups in (1, channels)
-        self._per_channel(node, x, names, ok, f"is GroupNorm with {groups} groups of "
-                          f"{channels // max(groups, 1)} channels (permutations would mix groups)")
+        self._per_channel(
+            node,
+            x,
+            names,
+            ok,
+            f"is GroupNorm with {groups} groups of "
+            f"{channels // max(groups, 1)} channels (permutations would mix groups)",
+        )
 
     def layer_norm(self, node, x, k, names) -> None:
         xs, lay = self.shape(x), self.layout(x)
@@ -679,8 +894,13 @@ class _Tracer:
         xs, out, lay = self.shape(x), self.shape(node), self.layout(x)
         if lay is None:
             self.env[node] = None
-        elif (out is not None and lay.dim == 1 and len(xs) >= 3
-              and len(out) == len(xs) and out[1] == xs[1]):
+        elif (
+            out is not None
+            and lay.dim == 1
+            and len(xs) >= 3
+            and len(out) == len(xs)
+            and out[1] == xs[1]
+        ):
             self.env[node] = lay
         else:
             self.unknown(node, "pools over the channel dimension")
@@ -716,7 +936,11 @@ class _Tracer:
             return
         nd = len(xs)
         if name == "permute":
-            order = list(dims[0]) if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else list(dims)
+            order = (
+                list(dims[0])
+                if len(dims) == 1 and isinstance(dims[0], (list, tuple))
+                else list(dims)
+            )
             if not all(isinstance(d, int) for d in order):
                 return self.unknown(node)
             order = [d % nd for d in order]
@@ -788,8 +1012,10 @@ class _Tracer:
             self.env[node] = None
             return
         idx = index if isinstance(index, tuple) else (index,)
-        if any(isinstance(i, fx.Node) or not isinstance(i, (int, slice, type(None),
-                                                              type(Ellipsis))) for i in idx):
+        if any(
+            isinstance(i, fx.Node) or not isinstance(i, (int, slice, type(None), type(Ellipsis)))
+            for i in idx
+        ):
             return self.unknown(node, "indexes with a tensor")
         consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
         i_in, i_out, new_dim = 0, 0, None
@@ -843,11 +1069,16 @@ class _Tracer:
                 if segs is _UNBOUND or segs is None:
                     entries.append(None)
                 else:
-                    entries.append([
-                        Segment(group_name(s.group) if s.group is not None else None,
-                                s.size, s.repeat)
-                        for s in segs
-                    ])
+                    entries.append(
+                        [
+                            Segment(
+                                group_name(s.group) if s.group is not None else None,
+                                s.size,
+                                s.repeat,
+                            )
+                            for s in segs
+                        ]
+                    )
             axes[name] = entries
         spec = PermutationSpec(axes, self.shapes)
         return TraceResult(spec, self.consumers, self.producers, list(self.messages))
@@ -867,13 +1098,13 @@ def _reshape_layout(
         return None
     d = lay.dim
     prefix = math.prod(in_shape[:d])
-    r_in = math.prod(in_shape[d + 1:])
+    r_in = math.prod(in_shape[d + 1 :])
     for e in range(len(out_shape)):
         if math.prod(out_shape[:e]) != prefix:
             continue
         if out_shape[e] == 1 and in_shape[d] != 1:
             continue
-        r_out = math.prod(out_shape[e + 1:])
+        r_out = math.prod(out_shape[e + 1 :])
         segs = []
         for s in lay.segs:
             if (s.repeat * r_in) % r_out:

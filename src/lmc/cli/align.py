@@ -1,0 +1,295 @@
+"""Permute model B's units to line up with model A's, and store the result as a new run.
+
+Methods: weight (weight matching: data-free coordinate descent on Σ<W_A, P W_B P_prevᵀ>),
+activation (one assignment per layer on the correlation of the two models' features over
+training examples), ste (straight-through estimator: learns the permutation that lowers the
+midpoint's training loss; the best one seen is kept, weight matching's included) and random
+(a uniformly random valid permutation: the control). The permutation spec is derived from
+the architecture with torch.fx.
+
+The aligned B is written as a new run (kind "aligned") whose config names both source runs
+and every setting that changes the result; the permutation is saved beside it as
+perm.safetensors (index tensors: new unit i = old unit p[i]) with a perm.json summary. An
+identical aligned run is reused. The new run folder is the last line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any
+
+import torch
+
+from lmc.config import LmcError, environment_info
+from lmc.store import RunStore, load_run, write_json
+
+from .common import (
+    add_data_options,
+    add_device_option,
+    add_output_options,
+    add_runs_dir_option,
+    dataset_for_config,
+    device_from,
+    emit_json,
+    jsonable,
+)
+
+METHODS = ("weight", "activation", "ste", "random")
+STATISTICS = ("correlation", "covariance")
+PERM_FILE = "perm.safetensors"
+SUMMARY_FILE = "perm.json"
+
+# input shapes of the datasets lmc knows, so weight matching needs no data on disk
+_INPUT_SHAPES = {
+    "digits": (1, 8, 8),
+    "mnist": (1, 28, 28),
+    "fashion-mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32),
+    "cifar100": (3, 32, 32),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", metavar="RUN_A", help="run folder of model A (the reference)")
+    parser.add_argument("run_b", metavar="RUN_B", help="run folder of model B (gets permuted)")
+    parser.add_argument(
+        "--method",
+        default="weight",
+        help=f"alignment method: {', '.join(METHODS)}",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the method (weight matching's visiting order, STE's batches, the random "
+        "permutation)",
+    )
+    wm = parser.add_argument_group("weight matching (also inside STE)")
+    wm.add_argument("--max-iter", type=int, default=100, help="most coordinate-descent passes")
+    act = parser.add_argument_group("activation matching")
+    act.add_argument(
+        "--max-examples",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="training examples streamed for the activation statistics (0 = all)",
+    )
+    act.add_argument(
+        "--statistic",
+        default="correlation",
+        help=f"what is matched: {', '.join(STATISTICS)}",
+    )
+    act.add_argument(
+        "--batch-size", type=int, default=256, help="batch size of the statistics pass"
+    )
+    ste = parser.add_argument_group("straight-through estimator")
+    ste.add_argument("--ste-steps", type=int, default=200, help="Adam steps")
+    ste.add_argument("--ste-lr", type=float, default=1e-3, help="Adam learning rate")
+    ste.add_argument("--ste-batch-size", type=int, default=128, help="training batch size")
+    ste.add_argument(
+        "--ste-holdout",
+        type=int,
+        default=None,
+        metavar="N",
+        help="training examples held out to pick the best permutation "
+        "(default: min(1024, 20%% of the training set))",
+    )
+    add_runs_dir_option(parser)
+    add_data_options(parser)
+    add_device_option(parser)
+    add_output_options(parser)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of ``args.method`` that change the result (they enter the run's config)."""
+    positive = {
+        "--max-iter": args.max_iter,
+        "--batch-size": args.batch_size,
+        "--ste-steps": args.ste_steps,
+        "--ste-batch-size": args.ste_batch_size,
+    }
+    for flag, value in positive.items():
+        if value < 1:
+            raise LmcError(f"{flag} must be at least 1, got {value}")
+    if args.max_examples < 0:
+        raise LmcError(f"--max-examples must be 0 (all) or positive, got {args.max_examples}")
+    if not (args.ste_lr > 0 and math.isfinite(args.ste_lr)):
+        raise LmcError(f"--ste-lr must be a positive number, got {args.ste_lr}")
+    if args.method == "weight":
+        return {"max_iter": args.max_iter}
+    if args.method == "activation":
+        if args.statistic not in STATISTICS:
+            raise LmcError(
+                f"unknown --statistic {args.statistic!r}: choose one of {', '.join(STATISTICS)}"
+            )
+        return {"statistic": args.statistic, "max_examples": args.max_examples or None}
+    if args.method == "ste":
+        return {
+            "steps": args.ste_steps,
+            "lr": args.ste_lr,
+            "batch_size": args.ste_batch_size,
+            "holdout": args.ste_holdout,
+            "max_iter": args.max_iter,
+        }
+    return {}
+
+
+def _example_input(config: dict[str, Any]) -> torch.Tensor | None:
+    """Two zero rows of the model's input, from the config alone (``None`` if unknown)."""
+    options = config.get("model_options", {})
+    if config.get("model") == "mlp":
+        size = options.get("input_size", 64)
+        shape = tuple(size) if isinstance(size, (list, tuple)) else (int(size),)
+        return torch.zeros(2, *shape)
+    dataset = config.get("dataset")
+    shape = _INPUT_SHAPES.get(dataset)
+    if dataset == "synthetic":
+        shape = tuple(config.get("dataset_options", {}).get("input_shape", (32,)))
+    if shape is None or len(shape) != 3:
+        return None
+    return torch.zeros(2, options.get("in_channels", shape[0]), *shape[1:])
+
+
+def _check_pair(run_a, run_b) -> None:
+    for key in ("model",):
+        if run_a.config.get(key) != run_b.config.get(key):
+            raise LmcError(
+                f"the runs have different architectures: {key} {run_a.config.get(key)!r} "
+                f"({run_a.name}) vs {run_b.config.get(key)!r} ({run_b.name})"
+            )
+
+
+def _print_table(record: dict[str, Any], sizes: dict[str, int]) -> None:
+    print(
+        f"aligned {record['source']} onto {record['reference']}: method {record['method']}, "
+        f"seed {record['seed']}, {record['seconds']:.2f} s"
+    )
+    before, after = record["objective_before"], record["objective_after"]
+    print(f"matching objective sum<theta_A, pi(theta_B)>: {before:.6g} -> {after:.6g}")
+    moved = record["moved_fraction"]
+    if moved:
+        width = max(len("group"), *(len(g) for g in moved))
+        print(f"{'group':<{width}}  {'units':>6}  {'moved':>6}")
+        for group, fraction in moved.items():
+            print(f"{group:<{width}}  {sizes.get(group, 0):>6}  {fraction:>6.3f}")
+    else:
+        print("no permutable groups")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lmc.perm import align, check_same_architecture
+
+    if args.method not in METHODS:
+        raise LmcError(f"unknown --method {args.method!r}: choose one of {', '.join(METHODS)}")
+    settings = _settings(args)
+    run_a, run_b = load_run(args.run_a), load_run(args.run_b)
+    _check_pair(run_a, run_b)
+    config = {
+        "kind": "aligned",
+        "dataset": run_a.config.get("dataset"),
+        "dataset_options": run_a.config.get("dataset_options", {}),
+        "model": run_a.config["model"],
+        "model_options": run_a.config["model_options"],
+        "align": {
+            "method": args.method,
+            "seed": args.seed,
+            "reference": run_a.name,
+            "source": run_b.name,
+            **settings,
+        },
+    }
+    store = RunStore(args.runs_dir)
+    existing = store.find(config)
+    if existing is not None and "align" in existing.metrics:
+        record = existing.metrics["align"]
+        if args.json:
+            emit_json({**_json_record(record, existing.path), "reused": True})
+        else:
+            print(f"reusing the identical aligned run (delete {existing.path} to redo it)")
+            _print_table(record, existing.metrics.get("group_sizes", {}))
+            print(existing.path)
+        return 0
+
+    device = device_from(args)
+    state_a, state_b = run_a.state_dict(), run_b.state_dict()
+    check_same_architecture(state_a, state_b)
+    model_a, model_b = run_a.build_model(device), run_b.build_model(device)
+    labels = None
+    if args.method in ("activation", "ste"):
+        data = dataset_for_config(run_a.config, args, device)
+        inputs, labels = data.x_train, data.y_train
+        if args.method == "activation" and settings["max_examples"]:
+            inputs = inputs[: settings["max_examples"]]
+    else:
+        inputs = _example_input(run_a.config)
+        if inputs is None:
+            inputs = dataset_for_config(run_a.config, args, device).x_train[:2]
+    inputs = inputs.to(device)
+    start = time.perf_counter()
+    result = align(
+        args.method,
+        model_a,
+        model_b,
+        inputs=inputs,
+        labels=labels,
+        seed=args.seed,
+        quiet=args.quiet or args.json,
+        **settings,
+    )
+    info = jsonable(result.info)
+    record = {
+        "method": args.method,
+        "seed": args.seed,
+        "reference": run_a.name,
+        "source": run_b.name,
+        "objective_before": info["objective_before"],
+        "objective_after": info["objective_after"],
+        "moved_fraction": info["moved_fraction"],
+        "seconds": info["seconds"],
+    }
+    path = store.path_for(config)
+    summary = {
+        **record,
+        "groups": {
+            g: {
+                "size": n,
+                "moved_fraction": info["moved_fraction"][g],
+                "members": [f"{name}[{axis}]" for name, axis in result.spec.groups[g]],
+            }
+            for g, n in result.spec.group_sizes.items()
+        },
+        "convention": "new unit i of B is old unit perm[group][i]",
+    }
+    write_json(path / SUMMARY_FILE, summary)
+    metrics = {
+        "align": record,
+        "info": info,
+        "group_sizes": result.spec.group_sizes,
+        "environment": environment_info(device),
+        "wall_seconds": time.perf_counter() - start,
+    }
+    saved = store.save(
+        config, result.state_dict, metrics, extra_tensors={PERM_FILE: dict(result.perm)}
+    )
+    if args.json:
+        emit_json({**_json_record(record, saved.path), "reused": False})
+        return 0
+    _print_table(record, result.spec.group_sizes)
+    print(saved.path)
+    return 0
+
+
+def _json_record(record: dict[str, Any], path) -> dict[str, Any]:
+    keys = (
+        "method",
+        "seed",
+        "objective_before",
+        "objective_after",
+        "moved_fraction",
+        "seconds",
+        "reference",
+        "source",
+    )
+    return {"run_dir": str(path), **{k: record[k] for k in keys}}

@@ -1,0 +1,213 @@
+"""Activation matching (Git Re-Basin §3.1): one assignment per group from feature statistics.
+
+Where the features are read (documented choice): for each permutation group, the values that
+*weight layers read* through that group's units, i.e. the inputs of the Linear / Conv layers
+whose input axis the group indexes. For a plain layer that is the post-activation output of
+the layer that opened the group (after norm, activation and pooling); for a residual stream it
+is every block output that a later block (or the classifier) reads, pooled together as
+samples of the same units; a segment of a concatenated input contributes its own slice; a
+flattened ``(C, H, W)`` input contributes its ``H * W`` positions as further samples, as
+spatial positions of a conv input do. A group no weight layer reads falls back to the output
+of the layers that produce it (pre-activation). The locations come from the same ``torch.fx``
+trace that derives specs, so hand-written specs work too as long as the model traces.
+
+Statistics are streamed over batches through the traced graph (the captured values of one
+batch of A are kept until B's are ready) and accumulated in float64: counts, sums, sums of
+squares and the cross-moment matrix Σ z_A z_Bᵀ. ``method="covariance"`` assigns on the
+cross-covariance, ``"correlation"`` (default) on the cross-correlation; units with zero
+variance (dead ReLUs) get correlation 0 with everything instead of NaN.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from lmc.config import LmcError, progress
+
+from .lap import linear_assignment
+from .ops import Perm, identity_permutation
+from .spec import PermutationSpec
+from .trace import trace_model
+
+METHODS = ("correlation", "covariance")
+
+
+class CrossStats:
+    """Streaming float64 statistics of paired features ``(samples, n)`` of A and B."""
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        z = dict(dtype=torch.float64, device=device)
+        self.count = 0
+        self.sum_a = torch.zeros(n, **z)
+        self.sum_b = torch.zeros(n, **z)
+        self.sq_a = torch.zeros(n, **z)
+        self.sq_b = torch.zeros(n, **z)
+        self.cross = torch.zeros(n, n, **z)
+
+    def update(self, fa: torch.Tensor, fb: torch.Tensor) -> None:
+        fa, fb = fa.double(), fb.double()
+        self.count += fa.shape[0]
+        self.sum_a += fa.sum(0)
+        self.sum_b += fb.sum(0)
+        self.sq_a += (fa * fa).sum(0)
+        self.sq_b += (fb * fb).sum(0)
+        self.cross += fa.T @ fb
+
+    def finalize(self, method: str) -> torch.Tensor:
+        """The ``(n, n)`` cross-covariance or cross-correlation (rows: A's units)."""
+        if self.count == 0:
+            raise LmcError("activation matching saw no examples; pass a non-empty input tensor")
+        mean_a, mean_b = self.sum_a / self.count, self.sum_b / self.count
+        cov = self.cross / self.count - mean_a[:, None] * mean_b[None, :]
+        if method == "covariance":
+            return cov
+        std_a = (self.sq_a / self.count - mean_a**2).clamp_min(0).sqrt()
+        std_b = (self.sq_b / self.count - mean_b**2).clamp_min(0).sqrt()
+        denom = std_a[:, None] * std_b[None, :]
+        tiny = torch.finfo(torch.float64).tiny
+        return torch.where(denom > tiny, cov / denom.clamp_min(tiny), torch.zeros_like(cov))
+
+
+def _capture_module(model: nn.Module, nodes: list[str]) -> fx.GraphModule:
+    """A traced copy of ``model`` (sharing its modules) that returns the named nodes' values."""
+    gm = fx.symbolic_trace(model)
+    by_name = {n.name: n for n in gm.graph.nodes}
+    missing = [n for n in nodes if n not in by_name]
+    if missing:
+        raise LmcError(
+            f"model B does not trace like model A (no node {missing[0]!r}); activation matching "
+            "needs two models of one architecture"
+        )
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.args = ({name: by_name[name] for name in nodes},)
+    gm.recompile()
+    return gm
+
+
+def _features(value: torch.Tensor, dim: int, offset: int, size: int, repeat: int) -> torch.Tensor:
+    """Rows = samples (batch, spatial positions, repeats), columns = the segment's units."""
+    v = value.narrow(dim, offset, size * repeat).movedim(dim, -1)
+    v = v.reshape(-1, size, repeat).transpose(1, 2)
+    return v.reshape(-1, size)
+
+
+def _batches(inputs: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:
+    if isinstance(inputs, torch.Tensor):
+        for start in range(0, inputs.shape[0], batch_size):
+            yield inputs[start : start + batch_size].to(device)
+        return
+    for batch in inputs:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        yield x.to(device)
+
+
+def _first_rows(inputs: Any) -> torch.Tensor:
+    if isinstance(inputs, torch.Tensor):
+        return inputs[:2]
+    for batch in inputs:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return x[:2]
+    raise LmcError("activation matching got no input batches")
+
+
+def hook_points(
+    spec: PermutationSpec, model: nn.Module, example_input: Any
+) -> dict[str, list[tuple[str, int, int, int, int]]]:
+    """Per group, where its features are read: ``(node, dim, offset, size, repeat)`` records."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the spec's own derivation already warned
+        trace = trace_model(model, example_input)
+    points: dict[str, list[tuple[str, int, int, int, int]]] = {g: [] for g in spec.group_sizes}
+
+    def add(records, groups) -> None:
+        for rec in records:
+            if rec.weight not in spec:
+                continue
+            offset = 0
+            for seg in spec[rec.weight][rec.axis] or ():
+                if seg.perm in groups:
+                    point = (rec.node, rec.dim, offset, seg.size, seg.repeat)
+                    if point not in points[seg.perm]:
+                        points[seg.perm].append(point)
+                offset += seg.extent
+
+    add(trace.consumers, set(points))
+    add(trace.producers, {g for g, pts in points.items() if not pts})
+    return points
+
+
+def activation_matching(
+    spec: PermutationSpec,
+    model_a: nn.Module,
+    model_b: nn.Module,
+    inputs: torch.Tensor | Iterable[Any],
+    *,
+    batch_size: int = 256,
+    method: str = "correlation",
+    quiet: bool = True,
+    return_info: bool = False,
+) -> Perm | tuple[Perm, dict[str, Any]]:
+    """Match B's units to A's by the statistics of their features on ``inputs``.
+
+    ``inputs``: a tensor of examples (batched here by ``batch_size``) or an iterable of
+    batches (tensors or ``(x, y)`` pairs). Both models run in eval mode (restored afterwards)
+    on the device of ``model_a``'s parameters. For every group one assignment maximises
+    ``Σ_i M[i, p[i]]`` with ``M`` the cross-correlation (or cross-covariance) of A's and B's
+    units, so ``apply_permutation(spec, perm, state_b)`` puts B's units in A's order.
+    With ``return_info=True`` returns ``(perm, info)`` with ``examples`` and the hook
+    ``points`` per group.
+    """
+    if method not in METHODS:
+        raise LmcError(
+            f"unknown activation statistic {method!r}: choose one of {', '.join(METHODS)}"
+        )
+    if batch_size < 1:
+        raise LmcError(f"batch size must be positive, got {batch_size}")
+    device = next((p.device for p in model_a.parameters()), torch.device("cpu"))
+    example = _first_rows(inputs).to(device)
+    points = hook_points(spec, model_a, example)
+    nodes = sorted({p[0] for pts in points.values() for p in pts})
+    perm = identity_permutation(spec)
+    unmatched = [g for g, pts in points.items() if not pts]
+    for g in unmatched:
+        warnings.warn(
+            f"lmc.perm: no layer reads or writes group {g!r} in the traced graph; "
+            "activation matching leaves it as the identity",
+            stacklevel=2,
+        )
+    sizes = spec.group_sizes
+    stats = {g: CrossStats(sizes[g], device) for g, pts in points.items() if pts}
+    modes = {m: m.training for m in (*model_a.modules(), *model_b.modules())}
+    examples = 0
+    try:
+        cap_a, cap_b = _capture_module(model_a, nodes), _capture_module(model_b, nodes)
+        model_a.eval()
+        model_b.eval()
+        with torch.no_grad():
+            for x in progress(
+                _batches(inputs, batch_size, device), quiet=quiet, desc="activation statistics"
+            ):
+                examples += x.shape[0]
+                values_a = cap_a(x)
+                values_b = cap_b(x)
+                for g, acc in stats.items():
+                    for node, dim, offset, size, repeat in points[g]:
+                        acc.update(
+                            _features(values_a[node], dim, offset, size, repeat),
+                            _features(values_b[node], dim, offset, size, repeat),
+                        )
+                del values_a, values_b
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+    for g, acc in stats.items():
+        perm[g] = linear_assignment(acc.finalize(method))
+    if not return_info:
+        return perm
+    info = {"examples": examples, "points": {g: [p[0] for p in pts] for g, pts in points.items()}}
+    return perm, info

@@ -1,0 +1,172 @@
+"""Straight-through estimator matching (Git Re-Basin §3.3, Algorithm 2).
+
+Learn θ̃ (initialised at θ_A). At every step
+
+1. ``perm = weight_matching(θ̃, θ_B)``, warm-started from the previous step's permutation;
+2. ``B' = π(θ_B)``; the projected parameters are ``B' + θ̃ − stopgrad(θ̃)``: their value is
+   ``B'`` and their gradient flows to θ̃ (the straight-through estimator);
+3. the midpoint ``½(θ_A + projected)`` is evaluated with ``torch.func.functional_call`` on a
+   training batch, and θ̃ takes an Adam step on its cross-entropy.
+
+Floating buffers (BatchNorm running statistics) of the midpoint are ``½(A + B')``; a model
+with BatchNorm runs the midpoint in train mode (batch statistics, which is what a merged
+BatchNorm network needs before its statistics are reset), any other model in eval mode.
+
+The permutation kept is the best one seen, judged by the midpoint's cross-entropy on a fixed
+held-out slice of ``inputs`` (never used for the steps). The candidates include step 0's
+permutation, which is exactly weight matching's answer on (θ_A, θ_B) with the same seed, so
+the result is never worse than weight matching on that criterion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from lmc.config import LmcError, progress
+
+from .ops import Perm, apply_permutation
+from .spec import PermutationSpec
+from .weight_match import weight_matching
+
+
+def _key(perm: Perm) -> str:
+    h = hashlib.sha256()
+    for name in sorted(perm):
+        h.update(name.encode())
+        h.update(perm[name].cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _has_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def ste_matching(
+    spec: PermutationSpec,
+    model_a: nn.Module,
+    model_b: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int = 200,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+    seed: int = 0,
+    holdout: int | None = None,
+    max_iter: int = 100,
+    quiet: bool = True,
+    return_info: bool = False,
+) -> Perm | tuple[Perm, dict[str, Any]]:
+    """Learn a permutation of B whose midpoint with A has low loss (see the module docstring).
+
+    ``inputs``/``labels``: training examples and int64 class labels. The last ``holdout``
+    examples (default ``min(1024, N // 5)``) judge the candidates; the rest are drawn in
+    batches of ``batch_size`` in an order fixed by ``seed`` (which also seeds weight matching).
+    ``steps`` Adam steps with learning rate ``lr``. Returns the best permutation for B (and,
+    with ``return_info``, ``initial_loss`` (weight matching's permutation), ``best_loss``,
+    ``best_step``, ``train_losses``, ``candidates``).
+    """
+    if labels is None:
+        raise LmcError("STE matching needs labels for its training loss")
+    n = int(inputs.shape[0])
+    if n != int(labels.shape[0]):
+        raise LmcError(f"{n} inputs but {labels.shape[0]} labels")
+    if steps < 0 or batch_size < 1 or lr <= 0:
+        raise LmcError("STE needs steps >= 0, batch_size >= 1 and lr > 0")
+    if holdout is None:
+        holdout = min(1024, n // 5)
+    if n < 2:
+        raise LmcError("STE matching needs at least two examples")
+    holdout = max(1, min(int(holdout), n - 1))
+    device = next((p.device for p in model_a.parameters()), torch.device("cpu"))
+    inputs, labels = inputs.to(device), labels.to(device)
+    x_train, y_train = inputs[: n - holdout], labels[: n - holdout]
+    x_hold, y_hold = inputs[n - holdout :], labels[n - holdout :]
+
+    state_a = {k: v.detach() for k, v in model_a.state_dict().items()}
+    state_b = {k: v.detach().to(device) for k, v in model_b.state_dict().items()}
+    param_names = [name for name, _ in model_a.named_parameters()]
+    floating = [k for k, v in state_a.items() if v.is_floating_point()]
+    tilde = {k: state_a[k].clone().requires_grad_(True) for k in param_names}
+    optimizer = torch.optim.Adam(list(tilde.values()), lr=lr)
+    gen = torch.Generator().manual_seed(int(seed))
+    train_mode = _has_batchnorm(model_a)
+    modes = {m: m.training for m in model_a.modules()}
+
+    def midpoint(perm: Perm, straight_through: bool) -> dict[str, torch.Tensor]:
+        b = apply_permutation(spec, perm, state_b)
+        mid = {}
+        for k, v in state_a.items():
+            if k in tilde and straight_through:
+                mid[k] = 0.5 * (v + (b[k] + tilde[k] - tilde[k].detach()))
+            elif k in floating:
+                mid[k] = 0.5 * (v + b[k])
+            else:
+                mid[k] = v.clone()
+        return mid
+
+    def holdout_loss(perm: Perm) -> float:
+        with torch.no_grad():
+            out = functional_call(model_a, midpoint(perm, False), (x_hold,))
+            return float(F.cross_entropy(out, y_hold))
+
+    def current_state() -> dict[str, torch.Tensor]:
+        return {**state_a, **{k: v.detach() for k, v in tilde.items()}}
+
+    info: dict[str, Any] = {"train_losses": [], "candidates": 0}
+    try:
+        model_a.train(train_mode)
+        perm = weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter)
+        best_perm, best_loss, best_step = perm, holdout_loss(perm), 0
+        info["initial_loss"] = best_loss
+        seen = {_key(perm): best_loss}
+        order = torch.empty(0, dtype=torch.long)
+        for step in progress(range(1, steps + 1), quiet=quiet, desc="STE"):
+            if order.numel() < min(batch_size, x_train.shape[0]):
+                order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
+            idx, order = order[:batch_size].to(device), order[batch_size:]
+            if step > 1:
+                perm = weight_matching(
+                    spec, current_state(), state_b, seed=seed, max_iter=max_iter, init_perm=perm
+                )
+            key = _key(perm)
+            if key not in seen:
+                seen[key] = holdout_loss(perm)
+                if seen[key] < best_loss:
+                    best_perm, best_loss, best_step = perm, seen[key], step
+            out = functional_call(model_a, midpoint(perm, True), (x_train[idx],))
+            loss = F.cross_entropy(out, y_train[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            info["train_losses"].append(float(loss.detach()))
+        # the permutation projected from the final θ̃ is a candidate too
+        if steps > 0:
+            perm = weight_matching(
+                spec, current_state(), state_b, seed=seed, max_iter=max_iter, init_perm=perm
+            )
+            key = _key(perm)
+            if key not in seen:
+                seen[key] = holdout_loss(perm)
+                if seen[key] < best_loss:
+                    best_perm, best_loss, best_step = perm, seen[key], steps + 1
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+    if not return_info:
+        return best_perm
+    info.update(
+        best_loss=best_loss,
+        best_step=best_step,
+        candidates=len(seen),
+        holdout=holdout,
+        steps=steps,
+        train_mode=train_mode,
+    )
+    return best_perm, info
