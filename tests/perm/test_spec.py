@@ -21,7 +21,6 @@ from lmc.perm import (
     spec_from_model,
 )
 
-
 ACTS = ("relu", "gelu", "tanh", "sigmoid", "leaky_relu")
 NORMS = ("none", "batch", "layer")
 
