@@ -79,7 +79,13 @@ def check_preserved(model: nn.Module, x: torch.Tensor, seed: int = 0, expect_gro
 )
 def test_mlp_every_norm_activation_bias(norm, activation, bias):
     model = build(
-        "mlp", seed=3, input_size=64, width=16, depth=3, norm=norm, activation=activation,
+        "mlp",
+        seed=3,
+        input_size=64,
+        width=16,
+        depth=3,
+        norm=norm,
+        activation=activation,
         bias=bias,
     )
     x = torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(0))
@@ -217,9 +223,7 @@ def test_hand_written_spec_and_summary():
     assert "P (3): fc1.weight[0], fc1.bias[0], out.weight[1]" in text
     assert "unpermuted: out.bias" in text
     # shorthand forms: (name, repeat) and explicit segments
-    spec2 = PermutationSpec.from_dict(
-        {"w": [("Q", 2), [("R", 2, 1), (None, 1, 1)]]}, {"w": (6, 3)}
-    )
+    spec2 = PermutationSpec.from_dict({"w": [("Q", 2), [("R", 2, 1), (None, 1, 1)]]}, {"w": (6, 3)})
     assert spec2["w"][0] == (Segment("Q", 3, 2),)
     assert spec2["w"][1] == (Segment("R", 2, 1), Segment(None, 1, 1))
     assert spec2.group_sizes == {"Q": 3, "R": 2}

@@ -213,9 +213,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     device = device_from(args)
-    state_a, state_b = run_a.state_dict(), run_b.state_dict()
-    check_same_architecture(state_a, state_b)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
+    check_same_architecture(model_a.state_dict(), model_b.state_dict())  # in layer order
     labels = None
     if args.method in ("activation", "ste"):
         data = dataset_for_config(run_a.config, args, device)
