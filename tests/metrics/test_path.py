@@ -1,6 +1,7 @@
 """Path evaluation: endpoints, batching, calibration subsets, ensembles, BatchNorm modes."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -169,3 +170,17 @@ def test_batchnorm_models_reset_per_lambda(digits, bn_pair):
     assert rep.accuracy[1] > 0.5
     with pytest.raises(LmcError, match="batched"):
         evaluate_path(a, b, x, y, 3, bn="reset", bn_inputs=x_tr, method="batched")
+
+
+def test_perfectly_classified_calibration_subset_gives_undefined_calibrated_loss(digits, mlp_pair):
+    x_tr, y_tr, _, _ = digits
+    a, b = mlp_pair
+    with torch.no_grad():
+        right = a(x_tr).argmax(1) == y_tr
+    x, y = x_tr[right][:400], y_tr[right][:400]  # A classifies every example correctly
+    res = evaluate_path(a, b, x, y, 3, calibrate=True)
+    assert res.inverse_temperature[0] == pytest.approx(1e4)
+    assert math.isnan(res.calibrated_loss[0])
+    assert res.calibration_at_bound[0] == 0.0
+    assert math.isnan(barriers(res)["calibrated_midpoint_loss_barrier"])
+    assert not math.isnan(barriers(res)["midpoint_loss_barrier"])

@@ -320,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
         "num_calibration": result.num_calibration,
         "num_heldout": result.num_heldout,
         "added_lambdas": result.added_lambdas,
+        "calibration_at_bound": result.calibration_at_bound,
+        "ensemble_calibration_at_bound": result.ensemble_calibration_at_bound,
         "seed": args.seed,
         "run_a": str(run_a.path),
         "run_b": str(run_b.path),
@@ -345,6 +347,15 @@ def run(args: argparse.Namespace) -> int:
     title = f"A = {run_a.name}   B = {run_b.name}   align = {args.align}   bn = {result.bn}"
     plot_path(out / "path.png", result, baseline, title)
 
+    for name, res in paths.items():
+        if res.calibration_at_bound:
+            print(
+                f"warning: {name}: at λ = {', '.join(f'{v:g}' for v in res.calibration_at_bound)} "
+                f"the {res.num_calibration}-example calibration subset is perfectly classified, "
+                "so β is not identifiable (on its bound) and the calibrated loss is undefined "
+                "(NaN/null); use a larger split (--split, or more test examples)",
+                file=sys.stderr,
+            )
     if args.json:
         emit_json(summary)
         return 0

@@ -17,6 +17,12 @@ key                           meaning                                           
 ``ensemble_inverse_temperature`` / ``ensemble_calibrated_loss``: the same for the ensemble.
 ============================  ===================================================  ==========
 
+When the calibration subset is perfectly classified the cross-entropy falls for ever as beta
+grows: beta is not identifiable, ``fit_inverse_temperature`` returns its upper bound, and the
+calibrated loss (hence every calibrated barrier using it) is NaN (``null`` in JSON); the lambdas
+concerned are listed in ``calibration_at_bound`` (``ensemble_calibration_at_bound``). Small
+splits make this likely (digits' 451 test examples give a 90-example calibration subset).
+
 The calibration subset is a fixed random ``calibration_fraction`` (default 20%) of the split's
 examples: the first ``round(fraction * N)`` of ``torch.randperm(N)`` drawn from
 ``torch.Generator().manual_seed(calibration_seed)``; the held-out subset is the rest. The same
@@ -64,7 +70,7 @@ from lmc.merge import (
 )
 
 from .barriers import barriers as _barriers
-from .calibration import fit_inverse_temperature, mean_cross_entropy
+from .calibration import BETA_MAX, BETA_MIN, fit_inverse_temperature, mean_cross_entropy
 
 METHODS = ("auto", "batched", "loop")
 _TOL = 1e-9
@@ -132,6 +138,8 @@ class PathResult:
     num_calibration: int | None = None
     num_heldout: int | None = None
     added_lambdas: list[float] = field(default_factory=list)
+    calibration_at_bound: list[float] = field(default_factory=list)
+    ensemble_calibration_at_bound: list[float] = field(default_factory=list)
 
     def barriers(self) -> dict[str, float | None]:
         """All barriers (:func:`lmc.metrics.barriers`)."""
@@ -178,6 +186,11 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def at_bound(beta: float) -> bool:
+    """Whether a fitted beta is NaN or sits on a bound of the search (no interior minimum)."""
+    return math.isnan(beta) or beta >= BETA_MAX * (1 - 1e-6) or beta <= BETA_MIN * (1 + 1e-6)
+
+
 def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
     if not torch.isfinite(z).all():
         return math.nan
@@ -207,12 +220,17 @@ class _Metrics:
         return torch.logsumexp(zd, dim=2) - target
 
     def _calibrate(self, z: torch.Tensor) -> tuple[list[float], list[float]]:
-        """Per model of the stack: beta on the calibration subset, calibrated held-out loss."""
+        """Per model of the stack: beta on the calibration subset, calibrated held-out loss.
+
+        A beta on a bound of the search (:func:`at_bound`: the loss has no minimum inside,
+        e.g. a perfectly classified calibration subset, where beta -> infinity) leaves the
+        calibrated loss undefined: it is NaN, not the loss at the arbitrary bound.
+        """
         betas = [_fit(z[k, self.cal], self.y_cal) for k in range(z.shape[0])]
         finite = torch.tensor([0.0 if math.isnan(b) else b for b in betas], dtype=torch.float64)
         scaled = z[:, self.held].double() * finite.to(z.device).view(-1, 1, 1)
         losses = mean_cross_entropy(scaled, self.y_held).tolist()
-        return betas, [math.nan if math.isnan(b) else v for b, v in zip(betas, losses)]
+        return betas, [math.nan if at_bound(b) else v for b, v in zip(betas, losses)]
 
     def __call__(
         self, lams: list[float], z: torch.Tensor, z_a: torch.Tensor, z_b: torch.Tensor
@@ -472,4 +490,10 @@ def evaluate_path(
         num_calibration=len(metrics.cal) if calibrate else None,
         num_heldout=len(metrics.held) if calibrate else None,
         added_lambdas=added,
+        calibration_at_bound=[
+            lam for lam, b in zip(grid, cols.get("inverse_temperature", [])) if at_bound(b)
+        ],
+        ensemble_calibration_at_bound=[
+            lam for lam, b in zip(grid, cols.get("ensemble_inverse_temperature", [])) if at_bound(b)
+        ],
     )
