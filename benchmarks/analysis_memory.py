@@ -14,6 +14,9 @@ reduce) is computed, not run: examples x width x 4 bytes (float32) x stored tens
 9 tensors per wide layer: f and z~ of A, B and θ(λ) (6) and W_A z_B, W_B z_A, W_A z_C (3).
 
     .venv/bin/python benchmarks/analysis_memory.py [--depth 1] [--device cpu] [--batch-size 256]
+        [--examples 10000]
+
+With ``--depth 2`` the singular values (a 16384 x 16384 SVD) are skipped.
 """
 
 from __future__ import annotations
@@ -84,15 +87,18 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=1, help="hidden layers of width 16384")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--batch-size", type=int, default=256, help="analysis batch size")
+    parser.add_argument(
+        "--examples", type=int, default=EXAMPLES, help="examples of the full case (small: 1/4)"
+    )
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--examples", type=int, default=EXAMPLES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
         result = _case(args.case, args.examples, args.depth, args.device, args.batch_size)
         print(json.dumps(result))
         return
 
-    cases = [("setup", EXAMPLES), ("analyze-2500", 2500), ("analyze-10000", EXAMPLES)]
+    full, small = args.examples, args.examples // 4
+    cases = [("setup", full), (f"analyze-{small}", small), (f"analyze-{full}", full)]
     results = []
     for name, n in cases:
         cmd = [
@@ -123,17 +129,21 @@ def main() -> None:
             f"{r['case']:>15} {r['examples']:>9} {r['seconds']:>9.1f} {r['peak_rss_mib']:>13.0f}"
             + (f"  (GPU peak {r['peak_gpu_mib']:.0f} MiB)" if "peak_gpu_mib" in r else "")
         )
-    setup, small, full = (r["peak_rss_mib"] for r in results)
+    setup_mib, small_mib, full_mib = (r["peak_rss_mib"] for r in results)
     naive = EXAMPLES * WIDTH * 4 * NAIVE_TENSORS * args.depth / 2**20
     print(
-        f"analysis memory above setup: {small - setup:.0f} MiB at 2500 examples, "
-        f"{full - setup:.0f} MiB at 10000 (ratio {(full - setup) / max(small - setup, 1):.2f})"
+        f"analysis memory above setup: {small_mib - setup_mib:.0f} MiB at {small} examples, "
+        f"{full_mib - setup_mib:.0f} MiB at {full} "
+        f"(ratio {(full_mib - setup_mib) / max(small_mib - setup_mib, 1):.2f})"
     )
     print(
         f"naive store-all-activations: {EXAMPLES} x {WIDTH} x 4 B x {NAIVE_TENSORS} tensors "
         f"x {args.depth} layer(s) = {naive:.0f} MiB ({naive / 1024:.1f} GiB) on top of setup"
     )
-    print(f"naive / streamed (above setup, 10000 examples): {naive / max(full - setup, 1):.0f}x")
+    print(
+        f"naive at {EXAMPLES} examples / streamed (above setup, which does not grow with the "
+        f"examples): {naive / max(full_mib - setup_mib, 1):.1f}x"
+    )
 
 
 if __name__ == "__main__":
