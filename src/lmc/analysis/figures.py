@@ -79,14 +79,19 @@ def plot_moments(moments: dict[str, dict[str, np.ndarray]], path: str | os.PathL
             ax.set_title(f"{name}: all zero", fontsize=8)
             continue
         lo, hi = positive.min(), positive.max()
-        bins = np.geomspace(lo, hi * 1.0001, 30) if hi > lo else np.array([lo * 0.9, lo * 1.1])
+        log_axis = hi > 10 * lo  # log bins only when the moments span a decade or more
+        if hi <= lo:
+            bins = np.array([lo * 0.9, lo * 1.1])
+        else:
+            bins = np.geomspace(lo, hi * 1.0001, 30) if log_axis else np.linspace(lo, hi, 30)
         zeros = []
         for side, color in (("a", "C0"), ("b", "C1")):
             m = sides[side]
             ax.hist(m[m > 0], bins=bins, alpha=0.5, color=color, label=f"model {side.upper()}")
             zeros.append(int((m == 0).sum()))
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        if log_axis:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
         title = f"{name} ({sides['a'].size} units)"
         if any(zeros):
             title += f", zero: A {zeros[0]}, B {zeros[1]}"
