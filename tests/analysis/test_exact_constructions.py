@@ -132,17 +132,19 @@ def _unpermute_mlp(state: dict, perms: list[torch.Tensor], depth: int) -> dict:
     return state
 
 
-def _trained_mlp(digits, width=48, depth=2, seed=0):
+@pytest.fixture(scope="module")
+def trained_mlp(digits):
+    """A digits MLP (2 hidden layers of 48) trained for 3 epochs."""
     from lmc.train import TrainSettings, fit
 
-    model = build("mlp", seed=seed, input_size=64, width=width, depth=depth)
-    fit(model, digits, TrainSettings(epochs=3, init_seed=seed, data_seed=seed))
+    model = build("mlp", seed=0, input_size=64, width=48, depth=2)
+    fit(model, digits, TrainSettings(epochs=3, init_seed=0, data_seed=0))
     return model.eval()
 
 
-def test_permuted_copy_needs_alignment(digits):
+def test_permuted_copy_needs_alignment(digits, trained_mlp):
     depth = 2
-    a = _trained_mlp(digits, depth=depth)
+    a = trained_mlp
     permuted, perms = _permute_mlp(a.state_dict(), depth, seed=7)
     b = build("mlp", input_size=64, width=48, depth=depth)
     b.load_state_dict(permuted)
@@ -161,13 +163,13 @@ def test_permuted_copy_needs_alignment(digits):
         assert r["lewc_cosine"] == pytest.approx(1.0, abs=1e-6)
 
 
-def test_permuted_copy_aligned_by_lmc_perm_weight_matching(digits):
+def test_permuted_copy_aligned_by_lmc_perm_weight_matching(digits, trained_mlp):
     """The same, with lmc.perm's weight matching finding the permutation."""
     perm = pytest.importorskip("lmc.perm")
     if not hasattr(perm, "weight_matching"):
         pytest.skip("lmc.perm has no weight_matching yet")
     depth = 2
-    a = _trained_mlp(digits, depth=depth)
+    a = trained_mlp
     permuted, _ = _permute_mlp(a.state_dict(), depth, seed=11)
     b = build("mlp", input_size=64, width=48, depth=depth)
     b.load_state_dict(permuted)
@@ -179,3 +181,12 @@ def test_permuted_copy_aligned_by_lmc_perm_weight_matching(digits):
     for r in result.records:
         assert r["llfc_cosine"] == pytest.approx(1.0, abs=1e-6)
         assert r["lewc_cosine"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_merge_fn_replaces_the_interpolation():
+    """A merge that returns A's state makes θ(λ) = A: coefficients (1, 0) at every layer."""
+    a, b = _disjoint_pair()
+    records = layerwise(a, b, _inputs(), lam=0.5, merge_fn=lambda sa, sb, lam: sa)
+    for r in records:
+        assert r["lewc_coef_a"] == pytest.approx(1.0, abs=1e-6)
+        assert r["lewc_coef_b"] == pytest.approx(0.0, abs=1e-6)

@@ -107,21 +107,38 @@ RECORD_KEYS = (
 )
 
 
-def lerp_state(state_a: StateDict, state_b: StateDict, lam: float) -> StateDict:
-    """θ(λ) = (1 − λ)θ_A + λθ_B for floating tensors; other tensors (counters) from A."""
+def check_same_architecture(state_a: StateDict, state_b: StateDict) -> None:
+    """``LmcError`` naming the first tensor where the two states differ in name or shape."""
     if state_a.keys() != state_b.keys():
         only = sorted(state_a.keys() ^ state_b.keys())[0]
         raise LmcError(f"models A and B have different parameters ({only!r}): same architecture?")
-    merged = {}
     for key, a in state_a.items():
-        b = state_b[key]
-        if a.shape != b.shape:
+        if a.shape != state_b[key].shape:
             raise LmcError(
-                f"models A and B differ at {key!r} ({tuple(a.shape)} vs {tuple(b.shape)}): "
-                "the analysis needs two models of one architecture"
+                f"models A and B differ at {key!r} ({tuple(a.shape)} vs "
+                f"{tuple(state_b[key].shape)}): the analysis needs two models of one architecture"
             )
-        merged[key] = (1.0 - lam) * a + lam * b.to(a) if a.is_floating_point() else a.clone()
-    return merged
+
+
+@torch.no_grad()
+def lerp_into(model: nn.Module, state_b: StateDict, lam: float) -> nn.Module:
+    """Turn ``model`` (holding θ_A) into θ(λ) = (1 − λ)θ_A + λθ_B in place, tensor by tensor,
+    so no second copy of the weights is made. Non-floating tensors (counters) stay A's."""
+    state = model.state_dict()
+    check_same_architecture(state, state_b)
+    for key, tensor in state.items():
+        if tensor.is_floating_point():
+            tensor.mul_(1.0 - lam).add_(state_b[key].to(tensor), alpha=lam)
+    return model
+
+
+def weight_distance(w_a: torch.Tensor, w_b: torch.Tensor, rows: int = 1024) -> float:
+    """‖W_A − W_B‖_F in float64, a block of rows at a time (no full-size float64 copy)."""
+    total = 0.0
+    for start in range(0, w_a.shape[0], rows):
+        diff = to_stat(w_a[start : start + rows] - w_b[start : start + rows])
+        total += float((diff * diff).sum())
+    return math.sqrt(total)
 
 
 @dataclass
@@ -164,7 +181,7 @@ class _ProbeStats:
         self.reciprocal = ReciprocalStats() if has_w else None
         self.commutativity = None
         if has_w:
-            distance = float(torch.linalg.vector_norm(to_stat(self.weight_a - self.weight_b)))
+            distance = weight_distance(self.weight_a, self.weight_b)
             self.commutativity = CommutativityStats(distance)
         self.merged = {
             lam: _MergedStats(
@@ -331,7 +348,8 @@ def analyze(
         state_b: use this state for B instead of ``model_b``'s own (e.g. B aligned to A).
         near_zero, large_energy: thresholds of the unit summaries (``lmc.analysis.units``).
         spectra: compute singular values of each weight (stable and effective rank).
-        merge_fn: ``(state_a, state_b, lam) -> state`` for θ(λ); default ``lerp_state``.
+        merge_fn: ``(state_a, state_b, lam) -> state`` for θ(λ); default: the plain
+            interpolation of every floating tensor (``lerp_into``).
         quiet: no progress bar.
 
     Memory: the models, (number of λs) merged copies and one batch of every probe point's
@@ -351,14 +369,15 @@ def analyze(
         model_b = copy.deepcopy(model_b).to(device)
         if state_b is not None:
             _load(model_b, state_b, "state_b")
-    sa, sb = model_a.state_dict(), model_b.state_dict()
-    merge = merge_fn or lerp_state
     merged_models = {}
     for value in lams:
         model_c = copy.deepcopy(model_a)
-        _load(model_c, merge(sa, sb, value), f"the merged state at lam={value}")
+        if merge_fn is None:
+            lerp_into(model_c, model_b.state_dict(), value)
+        else:
+            merged = merge_fn(model_a.state_dict(), model_b.state_dict(), value)
+            _load(model_c, merged, f"the merged state at lam={value}")
         merged_models[value] = model_c.eval()
-    del sa, sb
 
     batches = _batches(inputs, batch_size, max_examples)
     first = next(batches, None)
