@@ -33,8 +33,12 @@ from .common import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", metavar="RUN_A", help="run folder (or its name in --runs-dir) of model A, λ = 0")
-    parser.add_argument("run_b", metavar="RUN_B", help="run folder (or its name in --runs-dir) of model B, λ = 1")
+    parser.add_argument(
+        "run_a", metavar="RUN_A", help="run folder (or its name in --runs-dir) of model A, λ = 0"
+    )
+    parser.add_argument(
+        "run_b", metavar="RUN_B", help="run folder (or its name in --runs-dir) of model B, λ = 1"
+    )
     parser.add_argument(
         "--align",
         default="none",
