@@ -16,7 +16,9 @@ reduce) is computed, not run: examples x width x 4 bytes (float32) x stored tens
     .venv/bin/python benchmarks/analysis_memory.py [--depth 1] [--device cpu] [--batch-size 256]
         [--examples 10000]
 
-With ``--depth 2`` the singular values (a 16384 x 16384 SVD) are skipped.
+Times are of ``analyze`` alone: wall seconds and CPU seconds (user + system, all threads; on a
+shared machine the wall time includes waiting). With ``--depth 2`` the singular values (a
+16384 x 16384 SVD) are skipped.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def _data(n: int):
     return x[:n], source
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _case(name: str, n: int, depth: int, device: str, batch_size: int) -> dict:
     import torch
 
@@ -60,19 +67,21 @@ def _case(name: str, n: int, depth: int, device: str, batch_size: int) -> dict:
     x = x.to(device)
     with torch.no_grad():
         a(x[:batch_size])
-    seconds = 0.0
+    seconds = cpu_seconds = 0.0
     if name.startswith("analyze"):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         records = analyze(a, b, x, 0.5, batch_size=batch_size, spectra=(depth == 1))
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
+        cpu_seconds = _cpu_seconds() - cpu_start
         assert records.records[0]["n_examples"] == n
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     out = {
         "case": name,
         "examples": n,
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "peak_rss_mib": peak,
         "data": source,
         "threads": torch.get_num_threads(),
@@ -123,10 +132,11 @@ def main() -> None:
         f"device {args.device}, {results[0]['threads']} torch threads"
     )
     print(f"data: {results[0]['data']}")
-    print(f"{'case':>15} {'examples':>9} {'seconds':>9} {'peak RSS MiB':>13}")
+    print(f"{'case':>15} {'examples':>9} {'wall s':>9} {'CPU s':>9} {'peak RSS MiB':>13}")
     for r in results:
         print(
-            f"{r['case']:>15} {r['examples']:>9} {r['seconds']:>9.1f} {r['peak_rss_mib']:>13.0f}"
+            f"{r['case']:>15} {r['examples']:>9} {r['seconds']:>9.1f} {r['cpu_seconds']:>9.1f} "
+            f"{r['peak_rss_mib']:>13.0f}"
             + (f"  (GPU peak {r['peak_gpu_mib']:.0f} MiB)" if "peak_gpu_mib" in r else "")
         )
     setup_mib, small_mib, full_mib = (r["peak_rss_mib"] for r in results)

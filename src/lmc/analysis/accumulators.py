@@ -159,7 +159,8 @@ class LewcStats:
     - ``lewc_coef_a``, ``lewc_coef_b``: least squares (a, b) in f_C ≈ a f_A + b f_B, pooled over
       examples: the normal equations G (a, b)ᵀ = r with the 2×2 Gram G of (f_A, f_B) and the
       cross terms r = (Σ⟨f_A, f_C⟩, Σ⟨f_B, f_C⟩). A singular G (f_A ∝ f_B, e.g. a model against
-      itself) gets the minimum-norm solution;
+      itself) gets the minimum-norm solution. Where the endpoints nearly agree (endpoint cosine
+      near 1, typical of logits) G is ill-conditioned and only a + b is well determined;
     - ``lewc_expected_a`` = (1 − λ)^ℓ and ``lewc_expected_b`` = λ^ℓ, what LEWC predicts.
     """
 
