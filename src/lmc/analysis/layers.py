@@ -4,6 +4,7 @@ convolution's input, activations as plain functions, and facts about a model."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -70,3 +71,12 @@ def activation_function(module: nn.Module) -> Callable[[torch.Tensor], torch.Ten
         module = copy.copy(module)
         module.inplace = False
     return module.forward
+
+
+def weight_distance(w_a: torch.Tensor, w_b: torch.Tensor, rows: int = 1024) -> float:
+    """‖W_A − W_B‖_F in float64, a block of rows at a time (no full-size float64 copy)."""
+    total = 0.0
+    for start in range(0, w_a.shape[0], rows):
+        diff = to_stat(w_a[start : start + rows] - w_b[start : start + rows])
+        total += float((diff * diff).sum())
+    return math.sqrt(total)

@@ -52,10 +52,16 @@ from .accumulators import (
     WeakAdditivityStats,
     example_rows,
     row_dots,
-    to_stat,
     unit_rows,
 )
-from .layers import activation_function, apply_weight, has_bias, has_norm, unfolded_sq_norm
+from .layers import (
+    activation_function,
+    apply_weight,
+    has_bias,
+    has_norm,
+    unfolded_sq_norm,
+    weight_distance,
+)
 from .probes import Capture, Recorder, activation_name, eval_mode, resolve_probe_points
 from .spectra import effective_rank, singular_values, stable_rank
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
@@ -130,15 +136,6 @@ def lerp_into(model: nn.Module, state_b: StateDict, lam: float) -> nn.Module:
         if tensor.is_floating_point():
             tensor.mul_(1.0 - lam).add_(state_b[key].to(tensor), alpha=lam)
     return model
-
-
-def weight_distance(w_a: torch.Tensor, w_b: torch.Tensor, rows: int = 1024) -> float:
-    """‖W_A − W_B‖_F in float64, a block of rows at a time (no full-size float64 copy)."""
-    total = 0.0
-    for start in range(0, w_a.shape[0], rows):
-        diff = to_stat(w_a[start : start + rows] - w_b[start : start + rows])
-        total += float((diff * diff).sum())
-    return math.sqrt(total)
 
 
 @dataclass

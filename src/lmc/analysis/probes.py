@@ -52,9 +52,6 @@ ACTIVATION_TYPES = (
     nn.Hardsigmoid,
 )
 
-# Activations with sigma(a u) = a sigma(u) for a >= 0: weak additivity is the ReLU statement.
-RELU_LIKE = (nn.ReLU, nn.LeakyReLU, nn.PReLU)
-
 
 def activation_name(module: nn.Module | None) -> str | None:
     """Short lower-case name of an activation module (``relu``, ``gelu``, ...), or ``None``."""

@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from .accumulators import row_cosines
+
 GAUSSIAN_RELU_LIMIT = (3 / 4 + 1 / math.pi) / math.sqrt(1 + 1 / math.pi)
 
 _CHUNK_ELEMENTS = 1 << 22
@@ -34,11 +36,6 @@ def gaussian_relu_cosine(dim: int, samples: int = 1000, seed: int = 0) -> float:
         n = min(chunk, samples - done)
         u = torch.randn(n, dim, generator=gen, dtype=torch.float64)
         v = torch.randn(n, dim, generator=gen, dtype=torch.float64)
-        merged = torch.relu(u + v)
-        summed = torch.relu(u) + torch.relu(v)
-        cos = (merged * summed).sum(1) / (merged.norm(dim=1) * summed.norm(dim=1)).clamp_min(
-            torch.finfo(torch.float64).tiny
-        )
-        total += float(cos.sum())
+        total += float(row_cosines(torch.relu(u + v), torch.relu(u) + torch.relu(v)).sum())
         done += n
     return total / samples
