@@ -55,6 +55,7 @@ def test_align_writes_a_new_run_and_reuses_it(runs, capsys, digits):
         "reference": a.name,
         "source": b.name,
         "max_iter": 100,
+        "tol": 1e-4,
     }
     assert aligned.config["model_options"] == OPTIONS
     metrics = aligned.metrics

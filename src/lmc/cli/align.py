@@ -68,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     wm = parser.add_argument_group("weight matching (also inside STE)")
     wm.add_argument("--max-iter", type=int, default=100, help="most coordinate-descent passes")
+    wm.add_argument(
+        "--tol",
+        type=float,
+        default=1e-4,
+        help="stop after a pass that raises the matching objective by at most this fraction "
+        "(0 = run until a pass changes nothing)",
+    )
     act = parser.add_argument_group("activation matching")
     act.add_argument(
         "--max-examples",
@@ -117,8 +124,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raise LmcError(f"--max-examples must be 0 (all) or positive, got {args.max_examples}")
     if not (args.ste_lr > 0 and math.isfinite(args.ste_lr)):
         raise LmcError(f"--ste-lr must be a positive number, got {args.ste_lr}")
+    if not (args.tol >= 0 and math.isfinite(args.tol)):
+        raise LmcError(f"--tol must be a non-negative number, got {args.tol}")
     if args.method == "weight":
-        return {"max_iter": args.max_iter}
+        return {"max_iter": args.max_iter, "tol": args.tol}
     if args.method == "activation":
         if args.statistic not in STATISTICS:
             raise LmcError(
@@ -132,6 +141,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "batch_size": args.ste_batch_size,
             "holdout": args.ste_holdout,
             "max_iter": args.max_iter,
+            "tol": args.tol,
         }
     return {}
 

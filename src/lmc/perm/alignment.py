@@ -30,9 +30,16 @@ METHODS = ("weight", "activation", "ste", "random", "none")
 
 # settings each method accepts (besides ``spec``, a hand-written PermutationSpec)
 SETTINGS: dict[str, dict[str, Any]] = {
-    "weight": {"max_iter": 100, "tol": 1e-12},
+    "weight": {"max_iter": 100, "tol": 1e-4},
     "activation": {"batch_size": 256, "statistic": "correlation", "max_examples": None},
-    "ste": {"steps": 200, "lr": 1e-3, "batch_size": 128, "holdout": None, "max_iter": 100},
+    "ste": {
+        "steps": 200,
+        "lr": 1e-3,
+        "batch_size": 128,
+        "holdout": None,
+        "max_iter": 100,
+        "tol": 1e-4,
+    },
     "random": {},
     "none": {},
 }
@@ -104,7 +111,7 @@ def align(
 
     ``method``: ``weight`` (weight matching; settings ``max_iter``, ``tol``), ``activation``
     (settings ``batch_size``, ``statistic`` = correlation|covariance, ``max_examples``),
-    ``ste`` (settings ``steps``, ``lr``, ``batch_size``, ``holdout``, ``max_iter``; needs
+    ``ste`` (settings ``steps``, ``lr``, ``batch_size``, ``holdout``, ``max_iter``, ``tol``; needs
     ``labels``), ``random`` (a uniformly random valid permutation from ``seed``) or ``none``
     (the identity). ``inputs``: training inputs; their first two rows are the example input
     for deriving the spec from ``model_a`` (unless ``spec`` is given). Neither model is
@@ -169,6 +176,7 @@ def align(
             seed=seed,
             holdout=options["holdout"],
             max_iter=options["max_iter"],
+            tol=options["tol"],
             quiet=quiet,
             return_info=True,
         )

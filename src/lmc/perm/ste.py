@@ -60,6 +60,7 @@ def ste_matching(
     seed: int = 0,
     holdout: int | None = None,
     max_iter: int = 100,
+    tol: float = 1e-4,
     quiet: bool = True,
     return_info: bool = False,
 ) -> Perm | tuple[Perm, dict[str, Any]]:
@@ -68,7 +69,8 @@ def ste_matching(
     ``inputs``/``labels``: training examples and int64 class labels. The last ``holdout``
     examples (default ``min(1024, N // 5)``) judge the candidates; the rest are drawn in
     batches of ``batch_size`` in an order fixed by ``seed`` (which also seeds weight matching).
-    ``steps`` Adam steps with learning rate ``lr``. Returns the best permutation for B (and,
+    ``steps`` Adam steps with learning rate ``lr``; ``max_iter`` and ``tol`` go to weight
+    matching. Returns the best permutation for B (and,
     with ``return_info``, ``initial_loss`` (weight matching's permutation), ``best_loss``,
     ``best_step``, ``train_losses``, ``candidates``).
     """
@@ -122,7 +124,7 @@ def ste_matching(
     info: dict[str, Any] = {"train_losses": [], "candidates": 0}
     try:
         model_a.train(train_mode)
-        perm = weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter)
+        perm = weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter, tol=tol)
         best_perm, best_loss, best_step = perm, holdout_loss(perm), 0
         info["initial_loss"] = best_loss
         seen = {_key(perm): best_loss}
@@ -133,7 +135,13 @@ def ste_matching(
             idx, order = order[:batch_size].to(device), order[batch_size:]
             if step > 1:
                 perm = weight_matching(
-                    spec, current_state(), state_b, seed=seed, max_iter=max_iter, init_perm=perm
+                    spec,
+                    current_state(),
+                    state_b,
+                    seed=seed,
+                    max_iter=max_iter,
+                    tol=tol,
+                    init_perm=perm,
                 )
             key = _key(perm)
             if key not in seen:
@@ -149,7 +157,13 @@ def ste_matching(
         # the permutation projected from the final θ̃ is a candidate too
         if steps > 0:
             perm = weight_matching(
-                spec, current_state(), state_b, seed=seed, max_iter=max_iter, init_perm=perm
+                spec,
+                current_state(),
+                state_b,
+                seed=seed,
+                max_iter=max_iter,
+                tol=tol,
+                init_perm=perm,
             )
             key = _key(perm)
             if key not in seen:
