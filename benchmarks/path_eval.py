@@ -10,8 +10,10 @@ one run, interleaved, best of ``--repeats``.
 FLOPs: 2 * in * out per example per Linear layer, times 11 models (the two endpoints and the
 nine interior points: every point is one forward) times the number of examples. The reference
 rate is ``torch.mm`` of a (rows x 2048) by (2048 x 2048) float32 product, with rows equal to
-the rows one matmul of the evaluation sees, run right after each evaluation for a third of its
-wall time (best of ``--repeats``), so that both see the same load on a shared machine.
+the rows one matmul of the evaluation sees. On a shared machine the load changes from second
+to second, so every timed evaluation is bracketed by two runs of the reference (each a sixth
+of the evaluation's wall time) and its ratio is taken against their mean; the table shows
+medians over ``--repeats`` (and the best ratio).
 
     .venv/bin/python benchmarks/path_eval.py [--examples N] [--repeats R] [--sweep]
 """
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 import torch
 
 import lmc.models
 from lmc.metrics import evaluate_path
+from lmc.metrics.path import _auto_batch_size
 
 WIDTH, DEPTH, INPUT, CLASSES, POINTS = 2048, 3, 784, 10, 11
 
@@ -74,7 +78,7 @@ def mm_rate(rows: int, seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=10000, help="examples evaluated")
-    parser.add_argument("--repeats", type=int, default=2, help="timed repeats (best is kept)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (medians shown)")
     parser.add_argument("--sweep", action="store_true", help="also try other batch sizes")
     args = parser.parse_args()
 
@@ -83,43 +87,58 @@ def main() -> None:
     b = lmc.models.build("mlp", seed=1, input_size=INPUT, width=WIDTH, depth=DEPTH).eval()
     n = len(y)
     interior = POINTS - 2
-    # (method, batch_size passed, rows per matmul of the hot layers)
-    configs = [("batched", None, 8192 // interior), ("loop", None, 1024)]
+    # (method, batch_size passed, rows per matmul of the hot layers); None = the default
+    cpu = torch.device("cpu")
+    configs = [
+        ("batched", None, _auto_batch_size(a, x, interior, cpu)),
+        ("loop", None, _auto_batch_size(a, x, 1, cpu)),
+    ]
     if args.sweep:
-        configs += [("batched", 256, 256), ("batched", 2048, 2048), ("loop", 2048, 2048),
-                    ("loop", 4096, 4096), ("loop", n, n)]  # fmt: skip
+        configs += [("batched", 512, 512), ("batched", 1024, 1024), ("batched", 4096, 4096),
+                    ("loop", 1024, 1024), ("loop", 4096, 4096), ("loop", n, n)]  # fmt: skip
     print(
         f"{source}: {n} examples; MLP {INPUT}-{WIDTH}x{DEPTH}-{CLASSES}; {POINTS} points; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
-    evaluate_path(a, b, x[:256], y[:256], 3, method="batched")  # warm-up (imports, vmap)
+    default = evaluate_path(a, b, x[:256], y[:256], 3)  # warm-up (imports, vmap)
     total_gflop = POINTS * n * flops_per_example() / 1e9
-    best: dict[int, float] = {}
-    rates: dict[int, float] = {}
-    for _ in range(args.repeats):
-        for i, (method, bs, rows) in enumerate(configs):
+    seconds: dict[int, list[float]] = {i: [] for i in range(len(configs))}
+    refs: dict[int, list[float]] = {i: [] for i in range(len(configs))}
+    ref_time = 3.0
+    for r in range(args.repeats):
+        order = list(range(len(configs)))
+        if r % 2:  # alternate the order: neither method always runs first
+            order[:2] = [1, 0]
+        for i in order:
+            method, bs, rows = configs[i]
+            # the matmul reference brackets the evaluation, so both see the same load
+            before = mm_rate(rows, ref_time)
             t = time.perf_counter()
             res = evaluate_path(a, b, x, y, POINTS, method=method, batch_size=bs)
             dt = time.perf_counter() - t
+            after = mm_rate(rows, ref_time)
             assert res.method == method
-            best[i] = min(best.get(i, float("inf")), dt)
-            rates[i] = max(rates.get(i, 0.0), mm_rate(rows, dt / 3))
+            seconds[i].append(dt)
+            refs[i].append((before + after) / 2)
+            ref_time = max(2.0, dt / 6)
     print(
         f"\n{'method':8} {'batch':>6} {'rows/mm':>8} {'seconds':>8} {'GFLOP/s':>8} "
-        f"{'mm GFLOP/s':>10} {'% of mm':>8}"
+        f"{'mm GFLOP/s':>10} {'% of mm':>8} {'best %':>7}"
     )
+    med = statistics.median
     for i, (method, bs, rows) in enumerate(configs):
-        rate = total_gflop / best[i]
-        ref = rates[i]
+        ratios = [total_gflop / t / r for t, r in zip(seconds[i], refs[i])]
         label = "auto" if bs is None else str(bs)
         print(
-            f"{method:8} {label:>6} {rows:8d} {best[i]:8.2f} {rate:8.1f} {ref:10.1f} "
-            f"{100 * rate / ref:7.1f}%"
+            f"{method:8} {label:>6} {rows:8d} {med(seconds[i]):8.2f} "
+            f"{total_gflop / med(seconds[i]):8.1f} {med(refs[i]):10.1f} "
+            f"{100 * med(ratios):7.1f}% {100 * max(ratios):6.1f}%"
         )
-    ratio = best[1] / best[0]
+    speedup = med([t1 / t0 for t0, t1 in zip(seconds[0], seconds[1])])
     print(
-        f"\nbatched (default) is {ratio:.2f}x the speed of the loop "
-        f"({total_gflop:.0f} GFLOP per path)"
+        f"\nbatched is {speedup:.2f}x the speed of the loop (median of paired repeats); "
+        f"evaluate_path's default here: {default.method!r}; {total_gflop:.0f} GFLOP per path; "
+        f"medians of {args.repeats} repeats, each bracketed by the matmul reference"
     )
 
 

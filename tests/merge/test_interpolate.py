@@ -9,7 +9,7 @@ import torch
 
 import lmc.models
 from lmc.config import LmcError
-from lmc.merge import average, lerp, lerp_stack, merge_many
+from lmc.merge import average, lerp, lerp_into, lerp_stack, merge_many
 
 
 def random_state(seed: int) -> dict[str, torch.Tensor]:
@@ -157,3 +157,19 @@ def test_merge_many_weight_matching_undoes_a_permutation(mlp_pair):
     out = merge_many([a, permuted], align="weight", example_input=torch.zeros(2, 64))
     for k, v in a.state_dict().items():
         assert torch.allclose(out[k].float(), v.float(), atol=1e-6), k
+
+
+def test_lerp_into_writes_the_same_bits_in_place(mlp_pair):
+    a, b = mlp_pair
+    sa, sb = a.state_dict(), b.state_dict()
+    work = copy.deepcopy(a)
+    ptr = work.fc1.weight.data_ptr()
+    for lam in (0.0, 0.3, 0.5, 1.0):
+        lerp_into(work, sa, sb, lam)
+        ref = lerp(sa, sb, lam)
+        for k, v in work.state_dict().items():
+            assert torch.equal(v, ref[k]), (k, lam)
+    assert work.fc1.weight.data_ptr() == ptr  # written in place
+    wide = lmc.models.build("mlp", input_size=64, width=48)
+    with pytest.raises(LmcError, match="fc1.weight"):
+        lerp_into(wide, sa, sb, 0.5)

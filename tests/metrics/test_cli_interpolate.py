@@ -98,3 +98,20 @@ def test_mismatched_runs_are_a_one_line_error(store_runs, tmp_path, capsys):
     assert len(err.splitlines()) == 1
     assert "model_options.width" in err and "24" in err and "32" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_weight_alignment_keeps_the_endpoints(store_runs, tmp_path, capsys):
+    perm = pytest.importorskip("lmc.perm")
+    if not hasattr(perm, "align"):
+        pytest.skip("lmc.perm.align is not there yet")
+    base = ["interpolate", str(store_runs["a"]), str(store_runs["b"]), "--lambdas", "3",
+            "--json", "--quiet", "--device", "cpu"]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "plain")]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*base, "--align", "weight", "--out", str(tmp_path / "aligned")]) == 0
+    aligned = json.loads(capsys.readouterr().out)
+    assert aligned["align"] == "weight" and aligned["align_info"]["method"] == "weight"
+    # permuting B does not change its function: same endpoint numbers, different midpoint
+    assert aligned["loss"][0] == plain["loss"][0]
+    assert aligned["loss"][-1] == pytest.approx(plain["loss"][-1], abs=1e-6)
+    assert aligned["loss"][1] != pytest.approx(plain["loss"][1], abs=1e-6)

@@ -184,3 +184,27 @@ def test_perfectly_classified_calibration_subset_gives_undefined_calibrated_loss
     assert res.calibration_at_bound[0] == 0.0
     assert math.isnan(barriers(res)["calibrated_midpoint_loss_barrier"])
     assert not math.isnan(barriers(res)["midpoint_loss_barrier"])
+
+
+class _ItemNet(torch.nn.Module):
+    """A model whose forward calls .item(), which torch.vmap cannot batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        scale = 1.0 if self.fc.weight.abs().max().item() < 1e9 else 0.0
+        return self.fc(x) * scale
+
+
+def test_auto_falls_back_to_the_loop_when_vmap_cannot_batch(digits):
+    _, _, x, y = digits
+    torch.manual_seed(0)
+    a, b = _ItemNet(), _ItemNet()
+    res = evaluate_path(a, b, x, y, 5)
+    assert res.method == "loop"
+    loop = evaluate_path(a, b, x, y, 5, method="loop")
+    assert res.loss == loop.loss
+    with pytest.raises(LmcError, match="method='loop'"):
+        evaluate_path(a, b, x, y, 5, method="batched")

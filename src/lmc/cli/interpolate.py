@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bn-batches",
         type=int,
         default=None,
-        help="reset BatchNorm on this many random training batches (seeded by --seed) instead "
-        "of the whole training split",
+        help="reset BatchNorm on this many random training batches (seeded by --seed); unset: "
+        "the whole training split",
     )
     parser.add_argument(
         "--lambdas",
@@ -111,18 +111,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-examples",
         type=int,
         default=None,
-        help="evaluate only the first N examples of the split",
+        help="evaluate only the first N examples of the split; unset: all",
     )
     parser.add_argument(
         "--batch-size",
         type=int,
         default=None,
-        help="examples per forward pass (default: chosen by the evaluation method)",
+        help="examples per forward pass; unset: chosen by the evaluation method",
     )
     parser.add_argument(
         "--out",
         default=None,
-        help="output folder (default: ./interpolations/<RUN_A>__<RUN_B>[__<align>])",
+        help="output folder; unset: ./interpolations/<RUN_A>__<RUN_B>[__<align>]",
     )
     add_runs_dir_option(parser)
     add_data_options(parser)
@@ -296,7 +296,10 @@ def run(args: argparse.Namespace) -> int:
         direction = random_direction_state(
             model_a.state_dict(), sb, args.seed, parameter_names=names
         )
-        baseline = evaluate_path(model_a, None, x, y, lambdas, state_b=direction, **common)
+        # B' carries A's BatchNorm statistics, which do not fit its weights: reset its end too
+        baseline = evaluate_path(
+            model_a, None, x, y, lambdas, state_b=direction, reset_endpoints=True, **common
+        )
         paths["random-direction"] = baseline
 
     out = (

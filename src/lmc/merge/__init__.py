@@ -2,8 +2,8 @@
 
 Path convention (SCIENCE.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A.
 
-- :func:`lerp`, :func:`lerp_stack`, :func:`average`: state-dict arithmetic (floating entries
-  interpolated, integer buffers from the first model; names/shapes checked).
+- :func:`lerp`, :func:`lerp_into`, :func:`lerp_stack`, :func:`average`: state-dict arithmetic
+  (floating entries interpolated, integer buffers from the first model; names/shapes checked).
 - :func:`merge_many`: N models, optionally aligned to a reference by weight matching.
 - :func:`reset_batchnorm`, :func:`repair`, :func:`has_batchnorm`, :func:`resolve_bn_mode`:
   what to do with BatchNorm after interpolation (``bn_mode`` in auto/reset/repair/none).
@@ -18,7 +18,7 @@ from .batchnorm import (
     reset_batchnorm,
     resolve_bn_mode,
 )
-from .interpolate import StateDict, average, check_compatible, lerp, lerp_stack
+from .interpolate import StateDict, average, check_compatible, lerp, lerp_into, lerp_stack
 from .many import merge_many
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "check_compatible",
     "has_batchnorm",
     "lerp",
+    "lerp_into",
     "lerp_stack",
     "merge_many",
     "repair",

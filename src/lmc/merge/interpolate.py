@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
+from torch import nn
 
 from lmc.config import LmcError
 
@@ -102,6 +103,38 @@ def lerp(
         else:
             out[key] = _mix(a.detach(), b.detach(), lam)
     return out
+
+
+@torch.no_grad()
+def lerp_into(
+    dest: nn.Module | Mapping[str, torch.Tensor],
+    state_a: Mapping[str, torch.Tensor],
+    state_b: Mapping[str, torch.Tensor],
+    lam: float,
+) -> None:
+    """Write theta(lam) into ``dest`` in place (a module's own tensors, or a state dict's).
+
+    The same values as :func:`lerp` (bit for bit, including the exact endpoints) without
+    allocating a new state: for loops over lambda that reuse one working model. ``dest`` must
+    have the same names and shapes.
+    """
+    lam = _check_lambda(lam)
+    check_compatible(state_a, state_b)
+    target = dest.state_dict(keep_vars=True) if isinstance(dest, nn.Module) else dest
+    check_compatible(state_a, target, names=("A", "the destination"))
+    for key, a in state_a.items():
+        d = target[key].data if isinstance(target[key], nn.Parameter) else target[key]
+        a = a.detach().to(d.device)
+        b = state_b[key].detach().to(d.device)
+        if not a.is_floating_point() or lam == 0.0:
+            d.copy_(a)
+        elif lam == 1.0:
+            d.copy_(b)
+        elif a.dtype in _LOW_PRECISION or d.dtype != a.dtype:
+            d.copy_(_mix(a, b, lam))
+        else:
+            torch.mul(a, 1.0 - lam, out=d)
+            d.add_(b.to(a.dtype), alpha=lam)
 
 
 @torch.no_grad()

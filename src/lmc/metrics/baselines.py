@@ -49,8 +49,10 @@ def random_direction_state(
     """B' = A + ||theta_B - theta_A|| * u, with u a seeded random unit direction.
 
     - Moved entries: the float parameters (:func:`moved_entries`); BatchNorm running statistics
-      and integer buffers are copied from A unchanged (recompute them with a BatchNorm reset:
-      ``evaluate_path(..., bn="auto")`` does).
+      and integer buffers are copied from A unchanged, so they do not fit B': recompute them
+      with a BatchNorm reset, endpoints included
+      (``evaluate_path(A, None, x, y, state_b=B', bn="auto", reset_endpoints=True, ...)``,
+      as ``lmc interpolate --baseline random-direction`` does).
     - The distance ||theta_B - theta_A|| is the Euclidean norm over the moved entries, so
       ||theta_B' - theta_A|| equals it (up to float32 rounding).
     - u: i.i.d. standard normal entries drawn on the CPU in float32 from

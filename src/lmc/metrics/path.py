@@ -1,21 +1,17 @@
 """Evaluating the linear path between two models in few passes over the data.
 
 Path: theta(lam) = (1 - lam) * theta_A + lam * theta_B on a grid of lambdas (``lambda_grid``),
-lam = 0 is A, lam = 1 is B. Per lambda, :func:`evaluate_path` reports (every number in float64):
+lam = 0 is A, lam = 1 is B. Per lambda, :func:`evaluate_path` reports (every number in float64;
+the examples it uses in parentheses):
 
-============================  ===================================================  ==========
-key                           meaning                                              examples
-============================  ===================================================  ==========
-``loss``                      mean cross-entropy (nats) of theta(lam)               full split
-``accuracy``                  fraction of correct argmax predictions                full split
-``logit_norm``                mean over examples of the L2 norm of the logits       full split
-``ensemble_loss``             cross-entropy of (1 - lam) f_A + lam f_B (logits)    full split
-``ensemble_accuracy``         accuracy of that ensemble                             full split
-``inverse_temperature``       beta fitted on the calibration subset                 20% subset
-``calibrated_loss``           cross-entropy of softmax(beta * logits)               80% subset
-``heldout_loss``              uncalibrated cross-entropy (beta = 1)                 80% subset
-``ensemble_inverse_temperature`` / ``ensemble_calibrated_loss``: the same for the ensemble.
-============================  ===================================================  ==========
+- ``loss``: mean cross-entropy (nats) of theta(lam) (full split)
+- ``accuracy``: fraction of correct argmax predictions (full split)
+- ``logit_norm``: mean over examples of the L2 norm of the logits (full split)
+- ``ensemble_loss`` / ``ensemble_accuracy``: of the logits (1 - lam) f_A + lam f_B (full split)
+- ``inverse_temperature``: beta fitted on the calibration subset (20% subset)
+- ``calibrated_loss``: cross-entropy of softmax(beta * logits) (80% subset)
+- ``heldout_loss``: uncalibrated cross-entropy (beta = 1) (80% subset)
+- ``ensemble_inverse_temperature`` / ``ensemble_calibrated_loss``: the same for the ensemble.
 
 When the calibration subset is perfectly classified the cross-entropy falls for ever as beta
 grows: beta is not identifiable, ``fit_inverse_temperature`` returns its upper bound, and the
@@ -62,7 +58,7 @@ from lmc.config import LmcError, progress
 from lmc.merge import (
     batchnorm_output_stats,
     check_compatible,
-    lerp,
+    lerp_into,
     lerp_stack,
     repair,
     reset_batchnorm,
@@ -73,6 +69,12 @@ from .barriers import barriers as _barriers
 from .calibration import BETA_MAX, BETA_MIN, fit_inverse_temperature, mean_cross_entropy
 
 METHODS = ("auto", "batched", "loop")
+#: Default examples per forward pass (per lambda in the batched method).
+TARGET_ROWS = 2048
+#: Bound on the largest activation tensor of one forward pass when choosing the batch size.
+ACTIVATION_BUDGET_BYTES = 256 << 20
+#: Bound on the logits buffered before their metrics are computed (loop method).
+LOGIT_BUFFER_BYTES = 256 << 20
 _TOL = 1e-9
 
 
@@ -304,6 +306,37 @@ def _batched_logits(
     return out
 
 
+def _activation_bytes(model: nn.Module, x: torch.Tensor, device: torch.device) -> int:
+    """Bytes of the largest module output per example, from a forward pass on 2 examples."""
+    largest = 0
+
+    def hook(_module, _inputs, out):
+        nonlocal largest
+        if isinstance(out, torch.Tensor) and out.dim() > 0 and out.shape[0] > 0:
+            largest = max(largest, out[0].numel() * out.element_size())
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    try:
+        with torch.inference_mode():
+            model(x[:2].to(device))
+    finally:
+        for h in handles:
+            h.remove()
+    return max(1, largest)
+
+
+def _auto_batch_size(model: nn.Module, x: torch.Tensor, k: int, device: torch.device) -> int:
+    """Examples per forward pass when ``batch_size`` is not given.
+
+    ``TARGET_ROWS`` examples (matrix products of that many rows run near the machine's matmul
+    rate), fewer when the largest activation of ``k`` stacked models would exceed
+    ``ACTIVATION_BUDGET_BYTES``; at least 16, at most the whole split.
+    """
+    per_example = k * _activation_bytes(model, x, device)
+    rows = min(TARGET_ROWS, max(16, ACTIVATION_BUDGET_BYTES // per_example))
+    return int(min(len(x), rows))
+
+
 def _state_bytes(state: dict[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
@@ -348,8 +381,9 @@ def evaluate_path(
         reset_endpoints: also reset/repair the endpoints (default: keep their own statistics).
         calibrate: fit an inverse temperature per lambda (see module doc for the subsets).
         calibration_seed, calibration_fraction: the calibration subset (default 20%).
-        batch_size: examples per forward pass (default 1024 for ``loop``; for ``batched``
-            ``max(64, 8192 // k)`` for a chunk of k lambdas).
+        batch_size: examples per forward pass (per lambda in the batched method); default
+            ``TARGET_ROWS`` (2048), fewer when the largest activation of the k models evaluated
+            together would exceed ``ACTIVATION_BUDGET_BYTES`` (256 MiB).
         method: ``auto`` (``batched`` when the resolved bn mode is ``none``, else ``loop``),
             ``batched`` or ``loop``; the method used is recorded. Both give the same numbers
             within float32 rounding (tested to 1e-5).
@@ -406,7 +440,7 @@ def evaluate_path(
 
         def prepare(lam: float) -> nn.Module:
             """Load theta(lam) into ``work`` and fix its BatchNorm statistics."""
-            work.load_state_dict(lerp(state_a, state_b, lam))
+            lerp_into(work, state_a, state_b, lam)
             if bn_mode == "reset":
                 reset_batchnorm(work, bn_inputs, **kw)
             elif bn_mode == "repair":
@@ -422,7 +456,7 @@ def evaluate_path(
                 )
             return work
 
-        loop_bs = batch_size or 1024
+        loop_bs = batch_size or _auto_batch_size(model_a, x, 1, device)
         if reset_endpoints and bn_mode != "none":
             z_a = _logits(prepare(0.0), x, loop_bs, device)
             z_b = _logits(prepare(1.0), x, loop_bs, device)
@@ -444,12 +478,12 @@ def evaluate_path(
             chunk = max(1, min(len(interior), max_stack_bytes // per_point))
             chunks = [interior[i : i + chunk] for i in range(0, len(interior), chunk)]
             for lams in progress(chunks, quiet=quiet, desc="path (batched)"):
-                bs = batch_size or max(64, 8192 // len(lams))
+                bs = batch_size or _auto_batch_size(model_a, x, len(lams), device)
                 stacked = lerp_stack(state_a, state_b, lams)
                 try:
                     z = _batched_logits(work, stacked, x, bs, device)
                 except (RuntimeError, NotImplementedError) as exc:
-                    if not (auto and not rows.keys() - {0.0, 1.0}):
+                    if not auto:
                         raise LmcError(
                             f"batched path evaluation failed ({exc}); use method='loop'"
                         ) from exc
@@ -458,8 +492,17 @@ def evaluate_path(
                 del stacked
                 record(lams, z)
         if method == "loop":
-            for lam in progress(interior, quiet=quiet, desc=f"path (bn {bn_mode})"):
-                record([lam], _logits(prepare(lam), x, loop_bs, device)[None])
+            # Logits are buffered so that the metrics of many lambdas are computed together
+            # (a few kernels per flush instead of per lambda), within LOGIT_BUFFER_BYTES.
+            todo = [lam for lam in interior if lam not in rows]
+            pending: list[tuple[float, torch.Tensor]] = []
+            for lam in progress(todo, quiet=quiet, desc=f"path (bn {bn_mode})"):
+                pending.append((lam, _logits(prepare(lam), x, loop_bs, device)))
+                if len(pending) * pending[0][1].numel() * 4 >= LOGIT_BUFFER_BYTES:
+                    record([p[0] for p in pending], torch.stack([p[1] for p in pending]))
+                    pending = []
+            if pending:
+                record([p[0] for p in pending], torch.stack([p[1] for p in pending]))
     finally:
         for m, training in {**modes, **modes_b}.items():
             m.training = training
