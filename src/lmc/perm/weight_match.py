@@ -85,7 +85,8 @@ def _build_terms(
     for name in spec.permuted_names:
         if name not in state_a or name not in state_b:
             continue
-        ta, tb = state_a[name].detach(), state_b[name].detach()
+        ta = state_a[name].detach()
+        tb = state_b[name].detach().to(ta.device)
         for t, which in ((ta, "A"), (tb, "B")):
             if tuple(t.shape) != shapes[name]:
                 raise LmcError(
@@ -180,7 +181,9 @@ def weight_matching(
     ``apply_permutation(spec, perm, state_b)`` has B's units in A's order. With
     ``return_info=True`` returns ``(perm, info)``; ``info`` holds ``objective_before``
     (identity permutation), ``objective_init`` (at ``init_perm``), ``objective_per_pass``
-    (after each pass), ``passes``, ``assignments`` (LAPs solved) and ``converged``.
+    (after each pass: the initial objective plus the gains of the steps taken, exact up to
+    the products' float32 rounding when no tensor carries one permutation on two axes), ``objective_after`` (recomputed at the
+    result), ``passes``, ``assignments`` (LAPs solved) and ``converged``.
     """
     if max_iter < 1:
         raise LmcError(f"max_iter must be at least 1, got {max_iter}")
@@ -231,11 +234,16 @@ def weight_matching(
                 steps += 1
         objective += gained
         if return_info:
-            info["objective_per_pass"].append(matching_objective(spec, state_a, state_b, perm))
+            info["objective_per_pass"].append(objective)
         if steps == 0 or gained <= tol * max(abs(objective), math.ulp(1.0)):
             converged = True
             break
     if not return_info:
         return perm
-    info.update(passes=passes, assignments=assignments, converged=converged)
+    info.update(
+        passes=passes,
+        assignments=assignments,
+        converged=converged,
+        objective_after=matching_objective(spec, state_a, state_b, perm),
+    )
     return perm, info
