@@ -182,8 +182,9 @@ def weight_matching(
     ``return_info=True`` returns ``(perm, info)``; ``info`` holds ``objective_before``
     (identity permutation), ``objective_init`` (at ``init_perm``), ``objective_per_pass``
     (after each pass: the initial objective plus the gains of the steps taken, exact up to
-    the products' float32 rounding when no tensor carries one permutation on two axes), ``objective_after`` (recomputed at the
-    result), ``passes``, ``assignments`` (LAPs solved) and ``converged``.
+    the products' float32 rounding when no tensor carries one permutation on two axes),
+    ``objective_after`` (recomputed at the result), ``passes``, ``assignments`` (LAPs
+    solved) and ``converged``.
     """
     if max_iter < 1:
         raise LmcError(f"max_iter must be at least 1, got {max_iter}")
