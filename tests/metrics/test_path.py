@@ -12,6 +12,7 @@ from lmc.merge import lerp
 from lmc.metrics import (
     barriers,
     calibration_split,
+    chain_plan,
     cross_entropy_at,
     evaluate_path,
     fit_inverse_temperature,
@@ -208,3 +209,33 @@ def test_auto_falls_back_to_the_loop_when_vmap_cannot_batch(digits):
     assert res.loss == loop.loss
     with pytest.raises(LmcError, match="method='loop'"):
         evaluate_path(a, b, x, y, 5, method="batched")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"norm": "layer"},
+        {"activation": "gelu"},
+        {"activation": "tanh", "bias": False},
+        {"activation": "leaky_relu"},
+        {"activation": "sigmoid", "norm": "layer"},
+    ],
+)
+def test_chain_fast_path_equals_vmap(digits, train_fn, options):
+    x_tr, y_tr, x, y = digits
+    a = train_fn(0, x_tr, y_tr, width=24, steps=40, **options)
+    b = train_fn(1, x_tr, y_tr, width=24, steps=40, **options)
+    assert chain_plan(a) is not None
+    fast = evaluate_path(a, b, x, y, 6, calibrate=True, batch_size=150)
+    vmapped = evaluate_path(a, b, x, y, 6, calibrate=True, fast=False)
+    loop = evaluate_path(a, b, x, y, 6, calibrate=True, method="loop")
+    for key in FIELDS:
+        assert getattr(fast, key) == pytest.approx(getattr(vmapped, key), abs=1e-5, rel=1e-5), key
+        assert getattr(fast, key) == pytest.approx(getattr(loop, key), abs=1e-5, rel=1e-5), key
+
+
+def test_chain_plan_refuses_what_it_cannot_stack():
+    assert chain_plan(lmc.models.build("mlp", input_size=64, width=8, norm="batch")) is None
+    assert chain_plan(lmc.models.build("resnet20", width=0.25)) is None
+    assert chain_plan(_ItemNet()) is None  # .item() cannot be traced

@@ -33,7 +33,14 @@ from .calibration import (
     fit_inverse_temperature,
     mean_cross_entropy,
 )
-from .path import METHODS, PathResult, calibration_split, evaluate_path, lambda_grid
+from .path import (
+    METHODS,
+    PathResult,
+    calibration_split,
+    chain_plan,
+    evaluate_path,
+    lambda_grid,
+)
 
 __all__ = [
     "BARRIER_KEYS",
@@ -47,6 +54,7 @@ __all__ = [
     "calibrated_max_minus_mean_loss",
     "calibrated_midpoint_loss_barrier",
     "calibration_split",
+    "chain_plan",
     "cross_entropy_at",
     "evaluate_path",
     "fit_inverse_temperature",

@@ -29,8 +29,10 @@ How the grid is evaluated (``method``):
 
 - ``batched`` (the default whenever nothing has to be recomputed per lambda, i.e. the resolved
   BatchNorm mode is ``none``): the interior lambdas' weights are stacked (``lerp_stack``) and
-  evaluated together in one vmapped forward (``torch.func.functional_call`` + ``torch.vmap``)
-  per batch of examples, in chunks of lambdas bounded by ``max_stack_bytes``.
+  evaluated together in one batched forward per batch of examples, in chunks of lambdas bounded
+  by ``max_stack_bytes``: ``torch.vmap`` over ``torch.func.functional_call`` for any model, or,
+  for a plain chain of Linear layers and activations (:func:`chain_plan`: the zoo's MLPs without
+  BatchNorm), one ``baddbmm`` per layer with the bias fused and activations applied in place.
 - ``loop``: one forward pass over the split per lambda (needed when BatchNorm statistics are
   reset or REPAIRed for each lambda).
 
@@ -46,12 +48,14 @@ are held on the models' device; no hidden activations are kept.
 from __future__ import annotations
 
 import copy
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from lmc.config import LmcError, progress
@@ -279,20 +283,124 @@ def _logits(
     return torch.cat(out).float()
 
 
+_ACTIVATIONS_IN_PLACE: dict[type, Callable[[nn.Module, torch.Tensor], torch.Tensor]] = {
+    nn.ReLU: lambda m, h: h.relu_(),
+    nn.LeakyReLU: lambda m, h: F.leaky_relu_(h, m.negative_slope),
+    nn.Tanh: lambda m, h: h.tanh_(),
+    nn.Sigmoid: lambda m, h: h.sigmoid_(),
+    nn.GELU: lambda m, h: F.gelu(h, approximate=m.approximate),
+}
+_PASS_THROUGH = (nn.Identity, nn.Dropout)
+
+
+def chain_plan(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
+    """The model as a plain chain of modules the stacked fast path knows, or ``None``.
+
+    The forward must trace (``torch.fx``) to a sequence ``input -> m1 -> m2 -> ... -> output``
+    of calls to submodules, each taking only the previous result, where every module is a
+    ``Linear``, ``LayerNorm`` over the last axis, an activation (ReLU, LeakyReLU, GELU, Tanh,
+    Sigmoid), ``Identity``/``Dropout`` (eval), and ``Flatten`` only before the first ``Linear``.
+    MLPs of :mod:`lmc.models` without BatchNorm qualify. Anything else returns ``None`` (the
+    generic ``torch.vmap`` path is used).
+    """
+    import torch.fx
+
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception:  # noqa: BLE001 - untraceable forward: use the generic path
+        return None
+    modules = dict(model.named_modules())
+    plan: list[tuple[str, nn.Module]] = []
+    previous = None
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if previous is not None:
+                return None
+            previous = node
+        elif node.op == "call_module":
+            module = modules[node.target]
+            if node.args != (previous,) or node.kwargs:
+                return None
+            linear_seen = any(isinstance(m, nn.Linear) for _, m in plan)
+            ok = (
+                isinstance(module, (nn.Linear, *_PASS_THROUGH))
+                or type(module) in _ACTIVATIONS_IN_PLACE
+                or (isinstance(module, nn.Flatten) and not linear_seen)
+                or (isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1)
+            )
+            if not ok:
+                return None
+            plan.append((node.target, module))
+            previous = node
+        elif node.op == "output":
+            if node.args != (previous,):
+                return None
+        else:
+            return None
+    if not any(isinstance(m, nn.Linear) for _, m in plan):
+        return None
+    return plan
+
+
+def _chain_forward(
+    plan: list[tuple[str, nn.Module]], stacked: dict[str, torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
+    """k stacked models of a chain on one batch: (k, b, out). Each Linear is one ``baddbmm``
+    (bias fused into the product), activations run in place on the fresh products."""
+    k = next(iter(stacked.values())).shape[0]
+    h = x
+    fresh = False  # whether h is a new tensor this function owns (in-place is safe)
+    for name, module in plan:
+        prefix = f"{name}." if name else ""
+        if isinstance(module, nn.Flatten):
+            h = module(h)
+        elif isinstance(module, nn.Linear):
+            w = stacked[prefix + "weight"]
+            if h.dim() == 2:
+                h = h.unsqueeze(0).expand(k, *h.shape)
+            bias = stacked.get(prefix + "bias")
+            if bias is None:
+                h = torch.bmm(h, w.transpose(1, 2))
+            else:
+                h = torch.baddbmm(bias.unsqueeze(1), h, w.transpose(1, 2))
+            fresh = True
+        elif isinstance(module, nn.LayerNorm):
+            h = F.layer_norm(h, module.normalized_shape, eps=module.eps)
+            if module.elementwise_affine:
+                h = h * stacked[prefix + "weight"].unsqueeze(1)
+                if prefix + "bias" in stacked:
+                    h = h + stacked[prefix + "bias"].unsqueeze(1)
+            fresh = True
+        elif type(module) in _ACTIVATIONS_IN_PLACE:
+            if not fresh:
+                h = h.clone()
+            h = _ACTIVATIONS_IN_PLACE[type(module)](module, h)
+            fresh = True
+    if h.dim() == 2:  # no Linear ran: cannot happen for a valid plan
+        h = h.unsqueeze(0).expand(k, *h.shape)
+    return h
+
+
 def _batched_logits(
     model: nn.Module,
     stacked: dict[str, torch.Tensor],
     x: torch.Tensor,
     batch_size: int,
     device: torch.device,
+    plan: list[tuple[str, nn.Module]] | None = None,
 ) -> torch.Tensor:
-    """Logits of every stacked state on ``x``: shape (k, N, C); one vmapped forward per batch."""
+    """Logits of every stacked state on ``x``: shape (k, N, C), one batched forward per batch of
+    examples: :func:`_chain_forward` when ``plan`` is given, else ``torch.vmap`` over
+    ``torch.func.functional_call``."""
     from torch.func import functional_call, vmap
 
     def forward(params: dict[str, torch.Tensor], xb: torch.Tensor) -> torch.Tensor:
         return functional_call(model, params, (xb,))
 
-    batched = vmap(forward, in_dims=(0, None))
+    if plan is not None:
+        batched = functools.partial(_chain_forward, plan)
+    else:
+        batched = vmap(forward, in_dims=(0, None))
     out: torch.Tensor | None = None
     with torch.inference_mode():
         for s, e in _spans(len(x), batch_size):
@@ -362,6 +470,7 @@ def evaluate_path(
     seed: int = 0,
     quiet: bool = True,
     state_b: dict[str, torch.Tensor] | None = None,
+    fast: bool = True,
 ) -> PathResult:
     """Evaluate theta(lam) = (1 - lam) theta_A + lam theta_B on ``x, y`` for every lam of the grid.
 
@@ -389,6 +498,10 @@ def evaluate_path(
             within float32 rounding (tested to 1e-5).
         max_stack_bytes: bound on the stacked interior weights held at once (batched method).
         state_b: a state dict to use as B (e.g. B aligned to A); overrides ``model_b``'s weights.
+        fast: in the batched method, evaluate models that are plain chains of Linear layers and
+            activations (:func:`chain_plan`, e.g. every norm-free or LayerNorm MLP) with fused
+            ``baddbmm`` products and in-place activations instead of ``torch.vmap`` (same
+            numbers within float32 rounding; about 15% faster on CPU). ``False``: always vmap.
 
     Returns a :class:`PathResult`.
     """
@@ -474,6 +587,7 @@ def evaluate_path(
         record([0.0], z_a[None])
         record([1.0], z_b[None])
         if method == "batched" and interior:
+            plan = chain_plan(model_a) if fast else None
             per_point = max(1, _state_bytes(state_a))
             chunk = max(1, min(len(interior), max_stack_bytes // per_point))
             chunks = [interior[i : i + chunk] for i in range(0, len(interior), chunk)]
@@ -481,7 +595,7 @@ def evaluate_path(
                 bs = batch_size or _auto_batch_size(model_a, x, len(lams), device)
                 stacked = lerp_stack(state_a, state_b, lams)
                 try:
-                    z = _batched_logits(work, stacked, x, bs, device)
+                    z = _batched_logits(work, stacked, x, bs, device, plan)
                 except (RuntimeError, NotImplementedError) as exc:
                     if not auto:
                         raise LmcError(
