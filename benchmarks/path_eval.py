@@ -3,9 +3,11 @@
 Workload: two MLPs (784 -> 2048 -> 2048 -> 2048 -> 10, ReLU, no BatchNorm) and the 10000-image
 Fashion-MNIST test split (``lmc.data.load("fashion-mnist")`` when its files are found, e.g. the
 Debian ones under /usr/share/datasets/fashion-mnist; otherwise synthetic 784-dim data of the
-same size). ``lmc.metrics.evaluate_path`` is timed with ``method="batched"`` (stacked weights,
-one vmapped forward per batch) and ``method="loop"`` (one plain forward pass per lambda), in
-one run, interleaved, best of ``--repeats``.
+same size). ``lmc.metrics.evaluate_path`` is timed with ``method="batched"`` (the default:
+stacked weights, one batched forward per batch of examples; for this MLP the fused chain path,
+``baddbmm`` per layer with in-place ReLU) and ``method="loop"`` (one plain forward pass per
+lambda), in one run, alternating, ``--repeats`` times; ``--sweep`` adds other batch sizes and
+the generic ``torch.vmap`` path (``fast=False``).
 
 FLOPs: 2 * in * out per example per Linear layer, times 11 models (the two endpoints and the
 nine interior points: every point is one forward) times the number of examples. The reference
@@ -79,7 +81,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=10000, help="examples evaluated")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (medians shown)")
-    parser.add_argument("--sweep", action="store_true", help="also try other batch sizes")
+    parser.add_argument(
+        "--sweep", action="store_true", help="also try other batch sizes and the vmap path"
+    )
     args = parser.parse_args()
 
     x, y, source = load_split(args.examples)
@@ -87,15 +91,17 @@ def main() -> None:
     b = lmc.models.build("mlp", seed=1, input_size=INPUT, width=WIDTH, depth=DEPTH).eval()
     n = len(y)
     interior = POINTS - 2
-    # (method, batch_size passed, rows per matmul of the hot layers); None = the default
+    # (label, evaluate_path options, rows per matmul of the hot layers); no batch_size = default
     cpu = torch.device("cpu")
+    auto_batched, auto_loop = _auto_batch_size(a, x, interior, cpu), _auto_batch_size(a, x, 1, cpu)
     configs = [
-        ("batched", None, _auto_batch_size(a, x, interior, cpu)),
-        ("loop", None, _auto_batch_size(a, x, 1, cpu)),
+        ("batched", {"method": "batched"}, auto_batched),
+        ("loop", {"method": "loop"}, auto_loop),
     ]
     if args.sweep:
-        configs += [("batched", 512, 512), ("batched", 1024, 1024), ("batched", 4096, 4096),
-                    ("loop", 1024, 1024), ("loop", 4096, 4096), ("loop", n, n)]  # fmt: skip
+        configs += [("batched/vmap", {"method": "batched", "fast": False}, auto_batched)]
+        configs += [("batched", {"method": "batched", "batch_size": r}, r) for r in (512, 4096)]
+        configs += [("loop", {"method": "loop", "batch_size": r}, r) for r in (1024, 4096, n)]
     print(
         f"{source}: {n} examples; MLP {INPUT}-{WIDTH}x{DEPTH}-{CLASSES}; {POINTS} points; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
@@ -110,29 +116,29 @@ def main() -> None:
         if r % 2:  # alternate the order: neither method always runs first
             order[:2] = [1, 0]
         for i in order:
-            method, bs, rows = configs[i]
+            _, options, rows = configs[i]
             # the matmul reference brackets the evaluation, so both see the same load
             before = mm_rate(rows, ref_time)
             t = time.perf_counter()
-            res = evaluate_path(a, b, x, y, POINTS, method=method, batch_size=bs)
+            res = evaluate_path(a, b, x, y, POINTS, **options)
             dt = time.perf_counter() - t
             after = mm_rate(rows, ref_time)
-            assert res.method == method
+            assert res.method == options["method"]
             seconds[i].append(dt)
             refs[i].append((before + after) / 2)
             ref_time = max(2.0, dt / 6)
     print(
-        f"\n{'method':8} {'batch':>6} {'rows/mm':>8} {'seconds':>8} {'GFLOP/s':>8} "
-        f"{'mm GFLOP/s':>10} {'% of mm':>8} {'best %':>7}"
+        f"\n{'method':12} {'batch':>6} {'rows/mm':>8} {'seconds':>8} {'GFLOP/s':>8} "
+        f"{'mm GFLOP/s':>10} {'% of mm':>8} {'range':>13}"
     )
     med = statistics.median
-    for i, (method, bs, rows) in enumerate(configs):
+    for i, (name, options, rows) in enumerate(configs):
         ratios = [total_gflop / t / r for t, r in zip(seconds[i], refs[i])]
-        label = "auto" if bs is None else str(bs)
+        label = str(options.get("batch_size", "auto"))
         print(
-            f"{method:8} {label:>6} {rows:8d} {med(seconds[i]):8.2f} "
-            f"{total_gflop / med(seconds[i]):8.1f} {med(refs[i]):10.1f} "
-            f"{100 * med(ratios):7.1f}% {100 * max(ratios):6.1f}%"
+            f"{name:12} {label:>6} {rows:8d} {med(seconds[i]):8.2f} "
+            f"{med([total_gflop / t for t in seconds[i]]):8.1f} {med(refs[i]):10.1f} "
+            f"{100 * med(ratios):7.1f}% {100 * min(ratios):5.0f}%-{100 * max(ratios):4.0f}%"
         )
     speedup = med([t1 / t0 for t0, t1 in zip(seconds[0], seconds[1])])
     print(
