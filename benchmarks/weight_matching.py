@@ -139,6 +139,9 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=1024, help="training examples")
     parser.add_argument("--seed", type=int, default=0, help="weight matching seed")
     parser.add_argument("--solvers", action="store_true", help="also time the LAP solvers")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timings of runs under 10 s: best of this many"
+    )
     args = parser.parse_args()
     if args.quick:
         args.mlp_widths, args.resnet_widths = "512,1024", "1,2"
@@ -161,17 +164,22 @@ def main() -> None:
         train_s = time.perf_counter() - t0
         spec = spec_from_model(model_a, data.x_train[:2])
         sa, sb = model_a.state_dict(), model_b.state_dict()
-        # interleaved in one process, so both see the same machine load
-        t = time.perf_counter()
-        ref_perm, ref_passes = reference_weight_matching(spec, sa, sb, seed=args.seed)
-        ref_s = time.perf_counter() - t
-        # return_info costs two objective evaluations (O(parameters)), included in the time
-        t = time.perf_counter()
-        perm, info = weight_matching(spec, sa, sb, seed=args.seed, return_info=True)
-        lmc_s = time.perf_counter() - t
-        t = time.perf_counter()
-        perm0, info0 = weight_matching(spec, sa, sb, seed=args.seed, tol=0.0, return_info=True)
-        lmc0_s = time.perf_counter() - t
+        # interleaved in one process, so all three see the same machine load; short runs are
+        # repeated and the fastest of each kept (the machine is shared: noise only adds time)
+        ref_s = lmc_s = lmc0_s = float("inf")
+        repeats = 0
+        while repeats < args.repeats and (repeats == 0 or ref_s < 10.0):
+            repeats += 1
+            t = time.perf_counter()
+            ref_perm, ref_passes = reference_weight_matching(spec, sa, sb, seed=args.seed)
+            ref_s = min(ref_s, time.perf_counter() - t)
+            # return_info costs two objective evaluations (O(parameters)), timed too
+            t = time.perf_counter()
+            perm, info = weight_matching(spec, sa, sb, seed=args.seed, return_info=True)
+            lmc_s = min(lmc_s, time.perf_counter() - t)
+            t = time.perf_counter()
+            perm0, info0 = weight_matching(spec, sa, sb, seed=args.seed, tol=0.0, return_info=True)
+            lmc0_s = min(lmc0_s, time.perf_counter() - t)
         obj_id = matching_objective(spec, sa, sb)
         obj_ref = matching_objective(spec, sa, sb, ref_perm)
         obj_lmc = matching_objective(spec, sa, sb, perm)
@@ -205,8 +213,8 @@ def main() -> None:
         "SciPy LAP, stops after a pass without a step); lmc = lmc.perm.weight_matching (default "
         "tol=1e-4: stops after a pass raising the objective by <= 0.01%); tol0 = lmc with tol=0 "
         "(the reference's stopping rule). speedup = ref s / lmc s, same process and seed, from "
-        "the identity. passes = ref/lmc/tol0. gap/gain = (obj ref - obj lmc) / (obj ref - obj "
-        "id): negative means lmc reached a higher objective."
+        "the identity; runs under 10 s: best of --repeats. passes = ref/lmc/tol0. gap/gain = "
+        "(obj ref - obj lmc) / (obj ref - obj id): negative means lmc reached a higher objective."
     )
 
 

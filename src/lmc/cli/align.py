@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="training examples held out to pick the best permutation "
-        "(default: min(1024, 20%% of the training set))",
+        "(unset: min(1024, 20%% of the training set))",
     )
     add_runs_dir_option(parser)
     add_data_options(parser)

@@ -136,7 +136,7 @@ def matching_objective(
     state_b: Mapping[str, torch.Tensor],
     perm: Mapping[str, torch.Tensor] | None = None,
 ) -> float:
-    """The weight-matching objective Σ ⟨θ_A, π(θ_B)⟩ in float64.
+    """The weight-matching objective Σ ⟨θ_A, π(θ_B)⟩, summed in float64.
 
     The sum runs over every tensor of the spec with at least one permuted axis (weights,
     biases, norm parameters and running statistics); ``perm=None`` is the identity.
@@ -145,6 +145,11 @@ def matching_objective(
     for name in spec.permuted_names:
         if name not in state_a or name not in state_b:
             continue
+        a = state_a[name]
         b = state_b[name] if perm is None else permute_tensor(spec, perm, name, state_b[name])
-        total += float(torch.sum(state_a[name].double() * b.double()))
+        b = b.to(a.device)
+        if a.dtype == b.dtype == torch.float64:
+            total += float(torch.sum(a * b))
+        else:  # products in the tensors' precision, summed in float64
+            total += float(torch.sum(a.float() * b.float(), dtype=torch.float64))
     return total

@@ -47,6 +47,16 @@ class _Term:
     col: torch.Tensor | None = None  # the column order S currently reflects (None: not yet)
     constant: bool = False  # no other axis is permuted: the column order never changes
     built: bool = False  # its product is in S_g
+    seen: tuple = ()  # the permutation tensors ``col`` was computed from (compared by identity)
+    deps: tuple[str, ...] = ()  # the permutations on the other axes: the term depends on these
+
+    def __post_init__(self) -> None:
+        self.deps = tuple(sorted({s.perm for e, _ in self.others for s in e or () if s.perm}))
+
+    def unchanged(self, perm: Mapping[str, torch.Tensor]) -> bool:
+        """Whether no permutation this term depends on was replaced since ``col`` was set."""
+        now = tuple(perm[g] for g in self.deps)
+        return len(now) == len(self.seen) and all(x is y for x, y in zip(now, self.seen))
 
     def column_order(self, perm: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         """Gather index over the flattened other axes under ``perm`` (``None`` = identity)."""
@@ -111,6 +121,22 @@ def _build_terms(
                     b = b.reshape(rows, -1).T.to(dtype).contiguous()
                     terms[seg.perm].append(_Term(name, a, b, others, seg.repeat, None, constant))
                 offset += seg.extent
+    for group, group_terms in terms.items():
+        # terms whose columns never move (biases, norm parameters, the first layer) are one
+        # product: stack their columns
+        fixed = [t for t in group_terms if t.constant]
+        if len(fixed) > 1:
+            dtype = _compute_dtype(*(t.a for t in fixed))
+            merged = _Term(
+                "+".join(t.name for t in fixed),
+                torch.cat([t.a.to(dtype) for t in fixed]),
+                torch.cat([t.b.to(dtype) for t in fixed]),
+                (),
+                1,
+                None,
+                True,
+            )
+            terms[group] = [merged] + [t for t in group_terms if not t.constant]
     return terms
 
 
@@ -130,7 +156,10 @@ class _Similarity:
         changed = not self.fresh[group]
         self.fresh[group] = True
         for term in self.terms[group]:
+            if term.built and (term.constant or term.unchanged(perm)):
+                continue  # permutations are replaced, never modified in place
             new = term.column_order(perm)
+            term.seen = tuple(perm[g] for g in term.deps)
             if not term.built:
                 b = term.b if new is None else term.b.index_select(0, new)
                 s += term.a.T @ b  # float32 product, accumulated in float64
