@@ -21,6 +21,15 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default only where it says something (not None or a False flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or "(default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmc",
@@ -40,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
             verb,
             help=help_text,
             description=module.__doc__,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         module.add_arguments(verb_parser)
         verb_parser.set_defaults(handler=module.run)
