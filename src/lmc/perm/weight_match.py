@@ -125,8 +125,11 @@ def _build_terms(
                     a = ta.narrow(axis, offset, seg.extent).movedim(axis, 0)
                     b = tb.narrow(axis, offset, seg.extent).movedim(axis, 0)
                     # stored transposed, so gathering columns is gathering contiguous rows
-                    a = a.reshape(rows, -1).T.to(dtype).contiguous()
-                    b = b.reshape(rows, -1).T.to(dtype).contiguous()
+                    # (fixed terms are stacked below, which copies them anyway)
+                    a = a.reshape(rows, -1).T.to(dtype)
+                    b = b.reshape(rows, -1).T.to(dtype)
+                    if not constant:
+                        a, b = a.contiguous(), b.contiguous()
                     terms[seg.perm].append(_Term(name, a, b, others, seg.repeat, None, constant))
                 offset += seg.extent
     for group, group_terms in terms.items():
@@ -145,6 +148,8 @@ def _build_terms(
                 True,
             )
             terms[group] = [merged] + [t for t in group_terms if not t.constant]
+        elif fixed:
+            fixed[0].a, fixed[0].b = fixed[0].a.contiguous(), fixed[0].b.contiguous()
     return terms
 
 
