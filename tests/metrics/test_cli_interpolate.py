@@ -16,15 +16,21 @@ SUMMARY_KEYS = {
 }  # fmt: skip
 
 
-def save_run(store, seed, width, digits_data, train_mlp):
+def save_run(store, seed, width, digits_data, train_mlp, **options):
     x_tr = digits_data.x_train.flatten(1)
-    model = train_mlp(seed, x_tr, digits_data.y_train, width=width, steps=80)
+    model = train_mlp(seed, x_tr, digits_data.y_train, width=width, steps=80, **options)
     config = {
         "kind": "train",
         "dataset": "digits",
         "dataset_options": {},
         "model": "mlp",
-        "model_options": {"input_size": 64, "num_classes": 10, "width": width, "depth": 3},
+        "model_options": {
+            "input_size": 64,
+            "num_classes": 10,
+            "width": width,
+            "depth": 3,
+            **options,
+        },
         "train": {"init_seed": seed, "data_seed": seed, "steps": 80},
     }
     return store.save(config, model.state_dict(), {"final_test_accuracy": None}).path
@@ -41,6 +47,8 @@ def store_runs(tmp_path_factory, request):
         "a": save_run(store, 0, 24, data, train_mlp),
         "b": save_run(store, 1, 24, data, train_mlp),
         "wide": save_run(store, 2, 32, data, train_mlp),
+        "bn_a": save_run(store, 3, 24, data, train_mlp, norm="batch"),
+        "bn_b": save_run(store, 4, 24, data, train_mlp, norm="batch"),
         "root": store.root,
     }
 
@@ -115,3 +123,16 @@ def test_weight_alignment_keeps_the_endpoints(store_runs, tmp_path, capsys):
     assert aligned["loss"][0] == plain["loss"][0]
     assert aligned["loss"][-1] == pytest.approx(plain["loss"][-1], abs=1e-6)
     assert aligned["loss"][1] != pytest.approx(plain["loss"][1], abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["auto", "repair", "none"])
+def test_batchnorm_modes_are_recorded(store_runs, tmp_path, capsys, mode):
+    rc = main([
+        "interpolate", str(store_runs["bn_a"]), str(store_runs["bn_b"]), "--lambdas", "3",
+        "--bn", mode, "--json", "--quiet", "--device", "cpu", "--out", str(tmp_path / mode),
+    ])  # fmt: skip
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert summary["bn"] == {"auto": "reset", "repair": "repair", "none": "none"}[mode]
+    assert summary["method"] == ("batched" if mode == "none" else "loop")
+    assert json.loads((tmp_path / mode / "summary.json").read_text())["bn"] == summary["bn"]

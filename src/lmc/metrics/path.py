@@ -50,6 +50,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -92,7 +93,8 @@ def lambda_grid(lambdas: int | Sequence[float] = 11) -> tuple[list[float], list[
     """
     if isinstance(lambdas, bool):
         raise LmcError("lambdas must be a number of points or a list of values, got a bool")
-    if isinstance(lambdas, int):
+    if isinstance(lambdas, numbers.Integral):
+        lambdas = int(lambdas)
         if lambdas < 2:
             raise LmcError(f"a path needs at least 2 lambdas (the endpoints), got {lambdas}")
         values = [i / (lambdas - 1) for i in range(lambdas)]
