@@ -4,10 +4,10 @@ Workload: two MLPs (784 -> 2048 -> 2048 -> 2048 -> 10, ReLU, no BatchNorm) and t
 Fashion-MNIST test split (``lmc.data.load("fashion-mnist")`` when its files are found, e.g. the
 Debian ones under /usr/share/datasets/fashion-mnist; otherwise synthetic 784-dim data of the
 same size). ``lmc.metrics.evaluate_path`` is timed with ``method="batched"`` (the default:
-stacked weights, one batched forward per batch of examples; for this MLP the fused chain path,
-``baddbmm`` per layer with in-place ReLU) and ``method="loop"`` (one plain forward pass per
-lambda), in one run, alternating, ``--repeats`` times; ``--sweep`` adds other batch sizes and
-the generic ``torch.vmap`` path (``fast=False``).
+stacked weights, one batched forward per batch of examples; for this MLP the chain path, layer
+by layer one ``addmm`` per model into reused buffers with in-place ReLU) and
+``method="loop"`` (one plain forward pass per lambda), in one run, alternating, ``--repeats``
+times; ``--sweep`` adds other batch sizes and the generic ``torch.vmap`` path (``fast=False``).
 
 FLOPs: 2 * in * out per example per Linear layer, times 11 models (the two endpoints and the
 nine interior points: every point is one forward) times the number of examples. The reference

@@ -32,7 +32,8 @@ How the grid is evaluated (``method``):
   evaluated together in one batched forward per batch of examples, in chunks of lambdas bounded
   by ``max_stack_bytes``: ``torch.vmap`` over ``torch.func.functional_call`` for any model, or,
   for a plain chain of Linear layers and activations (:func:`chain_plan`: the zoo's MLPs without
-  BatchNorm), one ``baddbmm`` per layer with the bias fused and activations applied in place.
+  BatchNorm), layer by layer one ``addmm`` per model (bias fused) into reused buffers with the
+  activation applied in place.
 - ``loop``: one forward pass over the split per lambda (needed when BatchNorm statistics are
   reset or REPAIRed for each lambda).
 
@@ -285,13 +286,15 @@ def _logits(
     return torch.cat(out).float()
 
 
-_ACTIVATIONS_IN_PLACE: dict[type, Callable[[nn.Module, torch.Tensor], torch.Tensor]] = {
+_ACTIVATIONS: dict[type, Callable[[nn.Module, torch.Tensor], torch.Tensor]] = {
     nn.ReLU: lambda m, h: h.relu_(),
     nn.LeakyReLU: lambda m, h: F.leaky_relu_(h, m.negative_slope),
     nn.Tanh: lambda m, h: h.tanh_(),
     nn.Sigmoid: lambda m, h: h.sigmoid_(),
     nn.GELU: lambda m, h: F.gelu(h, approximate=m.approximate),
 }
+#: whether the activation above works in place (GELU returns a new tensor)
+_IN_PLACE = {nn.ReLU: True, nn.LeakyReLU: True, nn.Tanh: True, nn.Sigmoid: True, nn.GELU: False}
 _PASS_THROUGH = (nn.Identity, nn.Dropout)
 
 
@@ -326,7 +329,7 @@ def chain_plan(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
             linear_seen = any(isinstance(m, nn.Linear) for _, m in plan)
             ok = (
                 isinstance(module, (nn.Linear, *_PASS_THROUGH))
-                or type(module) in _ACTIVATIONS_IN_PLACE
+                or type(module) in _ACTIVATIONS
                 or (isinstance(module, nn.Flatten) and not linear_seen)
                 or (isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1)
             )
@@ -344,41 +347,92 @@ def chain_plan(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
     return plan
 
 
+class _Workspace:
+    """Two reusable flat buffers for the chain path's layer outputs (ping-pong).
+
+    Reusing them avoids allocating (and, for large tensors, page-faulting) fresh memory for every
+    layer of every batch.
+    """
+
+    def __init__(self) -> None:
+        self.flat: list[torch.Tensor | None] = [None, None]
+
+    def view(self, slot: int, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        numel = math.prod(shape)
+        buf = self.flat[slot]
+        if buf is None or buf.numel() < numel or buf.dtype != like.dtype:
+            buf = self.flat[slot] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return buf[:numel].view(shape)
+
+
 def _chain_forward(
-    plan: list[tuple[str, nn.Module]], stacked: dict[str, torch.Tensor], x: torch.Tensor
+    plan: list[tuple[str, nn.Module]],
+    stacked: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    workspace: _Workspace | None = None,
 ) -> torch.Tensor:
-    """k stacked models of a chain on one batch: (k, b, out). Each Linear is one ``baddbmm``
-    (bias fused into the product), activations run in place on the fresh products."""
+    """k stacked models of a chain (:func:`chain_plan`) on one batch of examples: (k, b, out).
+
+    Layer by layer, each model's Linear is one ``addmm`` (bias fused, the same kernel
+    ``nn.Linear`` uses) written into a reused buffer, and activations run in place on it, model
+    by model while its slice is hot in cache. The input is shared by all k models until the
+    first Linear. The result is a view into ``workspace``: copy it before the next call.
+    """
+    workspace = workspace or _Workspace()
     k = next(iter(stacked.values())).shape[0]
     h = x
-    fresh = False  # whether h is a new tensor this function owns (in-place is safe)
+    shared = True  # h is the one input of all k models (no leading k axis yet)
+    h_slot: int | None = None  # which workspace buffer h lives in
+    fresh = False  # whether h is memory this function owns (in-place is safe)
     for name, module in plan:
         prefix = f"{name}." if name else ""
         if isinstance(module, nn.Flatten):
             h = module(h)
         elif isinstance(module, nn.Linear):
             w = stacked[prefix + "weight"]
-            if h.dim() == 2:
-                h = h.unsqueeze(0).expand(k, *h.shape)
             bias = stacked.get(prefix + "bias")
-            if bias is None:
-                h = torch.bmm(h, w.transpose(1, 2))
-            else:
-                h = torch.baddbmm(bias.unsqueeze(1), h, w.transpose(1, 2))
-            fresh = True
+            slot = 1 if h_slot == 0 else 0
+            rows = h.shape[-2] if not shared else h.shape[0]
+            out = workspace.view(slot, (k, rows, w.shape[1]), w)
+            for j in range(k):
+                src = h if shared else h[j]
+                if bias is None:
+                    torch.mm(src, w[j].t(), out=out[j])
+                else:
+                    torch.addmm(bias[j], src, w[j].t(), out=out[j])
+            h, h_slot, shared, fresh = out, slot, False, True
         elif isinstance(module, nn.LayerNorm):
-            h = F.layer_norm(h, module.normalized_shape, eps=module.eps)
-            if module.elementwise_affine:
-                h = h * stacked[prefix + "weight"].unsqueeze(1)
-                if prefix + "bias" in stacked:
-                    h = h + stacked[prefix + "bias"].unsqueeze(1)
-            fresh = True
-        elif type(module) in _ACTIVATIONS_IN_PLACE:
-            if not fresh:
-                h = h.clone()
-            h = _ACTIVATIONS_IN_PLACE[type(module)](module, h)
-            fresh = True
-    if h.dim() == 2:  # no Linear ran: cannot happen for a valid plan
+            if shared:
+                h = h.unsqueeze(0).expand(k, *h.shape)
+            weight = stacked.get(prefix + "weight")
+            bias = stacked.get(prefix + "bias")
+            h = torch.stack(
+                [
+                    F.layer_norm(
+                        h[j],
+                        module.normalized_shape,
+                        None if weight is None else weight[j],
+                        None if bias is None else bias[j],
+                        module.eps,
+                    )
+                    for j in range(k)
+                ]
+            )
+            h_slot, shared, fresh = None, False, True
+        elif type(module) in _ACTIVATIONS:
+            if shared:
+                h = h.unsqueeze(0).expand(k, *h.shape)
+                shared, fresh = False, False
+            apply = _ACTIVATIONS[type(module)]
+            if _IN_PLACE[type(module)]:
+                if not fresh:
+                    h, h_slot, fresh = h.clone(), None, True
+                for j in range(k):  # model by model, while its slice is hot in cache
+                    apply(module, h[j])
+            else:
+                h = torch.stack([apply(module, h[j]) for j in range(k)])
+                h_slot, fresh = None, True
+    if shared:  # no Linear ran: cannot happen for a valid plan
         h = h.unsqueeze(0).expand(k, *h.shape)
     return h
 
@@ -400,7 +454,7 @@ def _batched_logits(
         return functional_call(model, params, (xb,))
 
     if plan is not None:
-        batched = functools.partial(_chain_forward, plan)
+        batched = functools.partial(_chain_forward, plan, workspace=_Workspace())
     else:
         batched = vmap(forward, in_dims=(0, None))
     out: torch.Tensor | None = None
@@ -501,9 +555,10 @@ def evaluate_path(
         max_stack_bytes: bound on the stacked interior weights held at once (batched method).
         state_b: a state dict to use as B (e.g. B aligned to A); overrides ``model_b``'s weights.
         fast: in the batched method, evaluate models that are plain chains of Linear layers and
-            activations (:func:`chain_plan`, e.g. every norm-free or LayerNorm MLP) with fused
-            ``baddbmm`` products and in-place activations instead of ``torch.vmap`` (same
-            numbers within float32 rounding; about 15% faster on CPU). ``False``: always vmap.
+            activations (:func:`chain_plan`, e.g. every norm-free or LayerNorm MLP) layer by
+            layer with one ``addmm`` per model into reused buffers and in-place activations
+            instead of ``torch.vmap`` (same numbers within float32 rounding, and faster: see
+            benchmarks/path_eval.py). ``False``: always vmap.
 
     Returns a :class:`PathResult`.
     """
