@@ -121,24 +121,10 @@ def test_incompatible_runs_are_one_line_errors(runs, capsys):
     assert main(["analyze", str(a.path), str(a.path), "--lam", "x", "--device", "cpu"]) == 2
 
 
-def test_align_without_lmc_perm_align_is_a_clear_error(runs, capsys):
-    import lmc.perm
-
-    if hasattr(lmc.perm, "align"):
-        pytest.skip("lmc.perm.align exists: covered by test_align_weight_undoes_a_permutation")
-    store, a, b = runs
-    code = main(
-        ["analyze", str(a.path), str(b.path), "--align", "weight", "--quiet", "--device", "cpu"]
-    )
-    assert code == 2
-    assert "lmc.perm.align" in capsys.readouterr().err
-
-
 def test_align_weight_undoes_a_permutation(runs, capsys):
     """B = a random permutation of A: low endpoint cosines as it is, cosines 1 once aligned."""
-    perm = pytest.importorskip("lmc.perm")
-    if not hasattr(perm, "align"):
-        pytest.skip("lmc.perm has no align yet")
+    import lmc.perm as perm
+
     store, a, _ = runs
     model = a.build_model()
     spec = perm.spec_from_model(model, torch.zeros(2, 1, 8, 8))
@@ -175,3 +161,26 @@ def test_align_weight_undoes_a_permutation(runs, capsys):
         assert r["lewc_cosine"] == pytest.approx(1.0, abs=1e-6)
     assert main(["analyze", str(a.path), str(b.path), "--align", "bogus", "--quiet"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_batchnorm_merge_is_analysed_with_reset_statistics():
+    """With BatchNorm, the analysed merge has statistics recomputed, as evaluation uses it."""
+    from lmc.analysis import analyze
+    from lmc.merge import bn_aware_merge, lerp
+    from lmc.models import build
+
+    a = build("mlp", input_size=64, width=16, depth=2, norm="batch", seed=0).eval()
+    b = build("mlp", input_size=64, width=16, depth=2, norm="batch", seed=1).eval()
+    x = torch.randn(256, 64, generator=torch.Generator().manual_seed(0))
+    for model in (a, b):  # give each endpoint its own statistics
+        model.train()
+        model(x * (2.0 if model is b else 1.0))
+        model.eval()
+    merge = bn_aware_merge(a, b, "auto", x)
+    merged = merge(a.state_dict(), b.state_dict(), 0.5)
+    naive = lerp(a.state_dict(), b.state_dict(), 0.5)
+    assert not torch.allclose(merged["norm1.running_var"], naive["norm1.running_var"])
+    assert bn_aware_merge(a, b, "none", x) is None
+    with_reset = analyze(a, b, x, 0.5, merge_fn=merge, spectra=False).records
+    plain = analyze(a, b, x, 0.5, spectra=False).records
+    assert with_reset[0]["lewc_cosine"] != plain[0]["lewc_cosine"]

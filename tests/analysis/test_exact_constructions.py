@@ -165,9 +165,8 @@ def test_permuted_copy_needs_alignment(digits, trained_mlp):
 
 def test_permuted_copy_aligned_by_lmc_perm_weight_matching(digits, trained_mlp):
     """The same, with lmc.perm's weight matching finding the permutation."""
-    perm = pytest.importorskip("lmc.perm")
-    if not hasattr(perm, "weight_matching"):
-        pytest.skip("lmc.perm has no weight_matching yet")
+    import lmc.perm as perm
+
     depth = 2
     a = trained_mlp
     permuted, _ = _permute_mlp(a.state_dict(), depth, seed=11)

@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from lmc.config import LmcError, environment_info
-from lmc.store import Run, default_runs_dir, load_run
+from lmc.config import environment_info
+from lmc.merge import BN_MODES, bn_aware_merge, resolve_bn_mode
 
 from .common import (
     add_data_options,
     add_device_option,
     add_output_options,
     add_runs_dir_option,
+    align_to_a,
+    check_same_setup,
     dataset_for_config,
     device_from,
     emit_json,
     jsonable,
     parse_float_list,
+    resolve_run,
 )
 
 
@@ -53,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--split", default="test", choices=("test", "train"), help="split to analyse"
     )
     parser.add_argument(
+        "--bn",
+        default="auto",
+        choices=BN_MODES,
+        help="BatchNorm statistics of the merged model: reset or repair them on the training "
+        "split (auto = reset when the model has BatchNorm), or none (interpolated as they are)",
+    )
+    parser.add_argument(
         "--max-examples", type=int, default=None, help="analyse at most this many examples"
     )
     parser.add_argument("--batch-size", type=int, default=256, help="examples per batch")
@@ -68,53 +77,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
-def resolve_run(text: str, runs_dir: str | None) -> Run:
-    """A run given as a folder path, or as a folder name inside the run store."""
-    path = Path(text)
-    if not path.is_dir():
-        store = Path(runs_dir) if runs_dir is not None else default_runs_dir()
-        if (store / text).is_dir():
-            path = store / text
-    return load_run(path)
-
-
-def check_compatible(run_a: Run, run_b: Run) -> None:
-    for key in ("model", "model_options", "dataset", "dataset_options"):
-        if run_a.config.get(key) != run_b.config.get(key):
-            raise LmcError(
-                f"runs differ in {key} ({run_a.config.get(key)!r} vs {run_b.config.get(key)!r}): "
-                "the analysis needs two models of one architecture on one dataset"
-            )
-
-
-def align_state(method: str, model_a, model_b, data, seed: int, quiet: bool):
-    """B's state permuted to match A by ``lmc.perm.align`` (imported only when asked for)."""
-    try:
-        from lmc.perm import align
-    except ImportError as exc:
-        raise LmcError(
-            f"--align {method} needs lmc.perm.align, which this installation lacks; "
-            "use --align none or align with `lmc align` first"
-        ) from exc
-    return align(
-        method, model_a, model_b, inputs=data.x_train, labels=data.y_train, seed=seed
-    ).state_dict
-
-
 def run(args: argparse.Namespace) -> int:
     from lmc.analysis import analyze
     from lmc.analysis.output import format_table, write_results
 
     lams = parse_float_list(args.lam, "--lam")
     run_a, run_b = resolve_run(args.run_a, args.runs_dir), resolve_run(args.run_b, args.runs_dir)
-    check_compatible(run_a, run_b)
+    check_same_setup(run_a, run_b, "the analysis")
     device = device_from(args)
     data = dataset_for_config(run_a.config, args, device)
     x, _ = data.split(args.split)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
     state_b = None
     if args.align != "none":
-        state_b = align_state(args.align, model_a, model_b, data, args.seed, args.quiet)
+        state_b = align_to_a(args.align, model_a, model_b, data, args.seed, args.quiet).state_dict
     result = analyze(
         model_a,
         model_b,
@@ -123,9 +99,11 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_examples=args.max_examples,
         state_b=state_b,
+        merge_fn=bn_aware_merge(model_a, model_b, args.bn, data.x_train, state_b=state_b),
         quiet=args.quiet,
     )
     result.settings.update(
+        bn=resolve_bn_mode(model_a, args.bn),
         run_a=str(run_a.path),
         run_b=str(run_b.path),
         model=run_a.config["model"],

@@ -94,3 +94,47 @@ def dataset_for_config(config: dict[str, Any], args: argparse.Namespace, device:
         download=getattr(args, "download", False),
         **config.get("dataset_options", {}),
     )
+
+
+def resolve_run(text: str, runs_dir: str | None):
+    """A run given as a folder path, or as a folder name inside the run store."""
+    from pathlib import Path
+
+    from lmc.store import default_runs_dir, load_run
+
+    path = Path(text)
+    if not path.is_dir():
+        store = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+        if (store / text).is_dir():
+            path = store / text
+    return load_run(path)
+
+
+def _first_difference(a: Any, b: Any, where: str) -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}")
+            if found:
+                return found
+        return None
+    return None if a == b else f"{where} is {a!r} in RUN_A but {b!r} in RUN_B"
+
+
+def check_same_setup(run_a, run_b, verb: str) -> None:
+    """One-line ``LmcError`` naming the first difference of architecture or dataset."""
+    for key in ("model", "model_options", "dataset", "dataset_options"):
+        found = _first_difference(run_a.config.get(key), run_b.config.get(key), key)
+        if found:
+            raise LmcError(
+                f"the runs do not match: {found}; {verb} needs two models of one architecture "
+                "trained on one dataset"
+            )
+
+
+def align_to_a(method: str, model_a, model_b, data, seed: int, quiet: bool):
+    """B permuted to match A by ``lmc.perm.align`` on the training split (an ``AlignResult``)."""
+    from lmc.perm import align
+
+    return align(
+        method, model_a, model_b, inputs=data.x_train, labels=data.y_train, seed=seed, quiet=quiet
+    )

@@ -8,7 +8,6 @@ training runs live in the run store (named by their config hash), merge results 
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,29 +180,6 @@ def load_job_result(job: dict, ctx: Context) -> dict[str, Any]:
 def _subset(n: int, k: int, seed: int) -> torch.Tensor:
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return order[: min(n, k)].sort().values
-
-
-def _bn_aware_merge(model_a, model_b, state_b, bn_mode: str, train_inputs: torch.Tensor):
-    """The merge the analysis should look at: theta(lam), with BatchNorm statistics reset (or
-    REPAIRed) on training inputs as the path evaluation did; ``None`` (plain lerp) without BN."""
-    if bn_mode == "none":
-        return None
-    from lmc.merge import lerp, repair, reset_batchnorm
-
-    scratch = copy.deepcopy(model_a)
-    endpoint_b = copy.deepcopy(model_b)
-    if state_b is not None:
-        endpoint_b.load_state_dict(state_b)
-
-    def merge(sa: dict, sb: dict, lam: float) -> dict:
-        scratch.load_state_dict(lerp(sa, sb, lam))
-        if bn_mode == "repair":
-            repair(scratch, model_a, endpoint_b, lam, train_inputs)
-        else:
-            reset_batchnorm(scratch, train_inputs)
-        return {k: v.detach().clone() for k, v in scratch.state_dict().items()}
-
-    return merge
 
 
 def merge_job(job: dict, ctx: Context) -> dict[str, Any]:

@@ -20,12 +20,14 @@ from .batchnorm import (
 )
 from .interpolate import StateDict, average, check_compatible, lerp, lerp_into, lerp_stack
 from .many import merge_many
+from .merge_fn import bn_aware_merge
 
 __all__ = [
     "BN_MODES",
     "StateDict",
     "average",
     "batchnorm_modules",
+    "bn_aware_merge",
     "batchnorm_output_stats",
     "check_compatible",
     "has_batchnorm",
