@@ -19,18 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import LmcError, environment_info
-from lmc.store import Run, atomic_path, default_runs_dir, load_run, write_json, write_text
+from lmc.store import atomic_path, write_json, write_text
 
 from .common import (
     add_data_options,
     add_device_option,
     add_output_options,
     add_runs_dir_option,
+    align_to_a,
+    check_same_setup,
     dataset_for_config,
     device_from,
     emit_json,
     jsonable,
     parse_float_list,
+    resolve_run,
 )
 
 ALIGN_METHODS = ("none", "weight", "activation", "ste", "random")
@@ -130,55 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
-def resolve_run(text: str, runs_dir: str | None) -> Run:
-    """A run given as a folder path, or as a folder name inside the run store."""
-    path = Path(text)
-    if not path.is_dir():
-        store = Path(runs_dir) if runs_dir is not None else default_runs_dir()
-        if (store / text).is_dir():
-            path = store / text
-    return load_run(path)
-
-
-def _first_difference(a: Any, b: Any, where: str) -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in list(a) + [k for k in b if k not in a]:
-            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}")
-            if found:
-                return found
-        return None
-    return None if a == b else f"{where} is {a!r} in RUN_A but {b!r} in RUN_B"
-
-
-def check_runs(run_a: Run, run_b: Run) -> None:
-    """One-line ``LmcError`` naming the first difference of architecture or dataset."""
-    for key in ("model", "model_options", "dataset", "dataset_options"):
-        found = _first_difference(run_a.config.get(key), run_b.config.get(key), key)
-        if found:
-            raise LmcError(
-                f"the runs do not match: {found}; interpolate two models of one architecture "
-                "trained on one dataset"
-            )
-
-
 def parse_lambdas(text: str) -> int | list[float]:
     text = text.strip()
     if text.isdigit():
         return int(text)
     return parse_float_list(text, "--lambdas")
-
-
-def _align(method: str, model_a, model_b, data, seed: int, quiet: bool):
-    try:
-        from lmc.perm import align
-    except ImportError as exc:
-        raise LmcError(
-            f"--align {method} needs lmc.perm.align, which this installation lacks; "
-            "use --align none"
-        ) from exc
-    return align(
-        method, model_a, model_b, inputs=data.x_train, labels=data.y_train, seed=seed, quiet=quiet
-    )
 
 
 def _curve(result) -> dict[str, Any]:
@@ -265,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         raise LmcError(f"--max-examples must be at least 2, got {args.max_examples}")
     run_a = resolve_run(args.run_a, args.runs_dir)
     run_b = resolve_run(args.run_b, args.runs_dir)
-    check_runs(run_a, run_b)
+    check_same_setup(run_a, run_b, "interpolation")
     device = device_from(args)
     data = dataset_for_config(run_a.config, args, device)
     x, y = data.split(args.split)
@@ -275,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
     state_b, align_info = None, None
     if args.align != "none":
-        aligned = _align(args.align, model_a, model_b, data, args.seed, args.quiet)
+        aligned = align_to_a(args.align, model_a, model_b, data, args.seed, args.quiet)
         state_b, align_info = aligned.state_dict, getattr(aligned, "info", None)
     common = dict(
         bn=args.bn,
