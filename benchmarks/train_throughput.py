@@ -46,16 +46,29 @@ def main() -> None:
     if Path("/usr/share/datasets/fashion-mnist").exists():
         data = load("fashion-mnist", device=args.device)
     else:
-        data = load("synthetic", input_shape=(1, 28, 28), train_size=60000, test_size=10000,
-                    device=args.device)
-    print(f"data: {data.name}, {len(data.x_train)} training examples; device {args.device}; "
-          f"torch threads {torch.get_num_threads()}")
+        data = load(
+            "synthetic",
+            input_shape=(1, 28, 28),
+            train_size=60000,
+            test_size=10000,
+            device=args.device,
+        )
+    print(
+        f"data: {data.name}, {len(data.x_train)} training examples; device {args.device}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
     print(f"{'width':>6} {'samples/s':>10} {'GFLOP/s':>8} {'matmul GFLOP/s':>15} {'ratio':>6}")
     for width in (int(w) for w in args.widths.split(",")):
         model = build("mlp", seed=0, input_size=784, width=width, depth=3, num_classes=10)
         settings = TrainSettings(epochs=args.epochs, batch_size=args.batch_size)
-        fit(model, data, TrainSettings(epochs=1, batch_size=args.batch_size), device=args.device,
-            stop_epoch=1, evaluate_test=False)  # warm-up
+        fit(
+            model,
+            data,
+            TrainSettings(epochs=1, batch_size=args.batch_size),
+            device=args.device,
+            stop_epoch=1,
+            evaluate_test=False,
+        )  # warm-up
         before = matmul_gflops(args.batch_size, width, width, device=args.device)
         start = time.perf_counter()
         fit(model, data, settings, device=args.device, evaluate_test=False)
@@ -64,8 +77,10 @@ def main() -> None:
         gflops = training_flops_per_example(model) * examples / seconds / 1e9
         after = matmul_gflops(args.batch_size, width, width, device=args.device)
         reference = max(before, after)  # the better of the two: a conservative ratio
-        print(f"{width:>6} {examples / seconds:>10.0f} {gflops:>8.1f} {reference:>15.1f} "
-              f"{gflops / reference:>6.2f}")
+        print(
+            f"{width:>6} {examples / seconds:>10.0f} {gflops:>8.1f} {reference:>15.1f} "
+            f"{gflops / reference:>6.2f}"
+        )
 
 
 if __name__ == "__main__":
