@@ -1,4 +1,4 @@
-"""Shared fixtures for the metrics tests: digits tensors and small trained MLPs."""
+"""Shared fixtures for the merge and metrics tests: digits tensors and small trained MLPs."""
 
 from __future__ import annotations
 
