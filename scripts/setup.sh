@@ -23,7 +23,7 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   echo "setup: installing the CPU build of PyTorch (torch==2.13.0)" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0 2>&1 \
     | grep -v "^WARNING: Location" >&2 || true
-  "$VENV/bin/python" -c "import torch" || { echo "setup: torch failed to install" >&2; exit 1; }
+  "$VENV/bin/python" -W ignore -c "import torch" || { echo "setup: torch failed to install" >&2; exit 1; }
 fi
 stamp="$VENV/.lmc-installed${EXTRAS:+-$EXTRAS}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then

@@ -128,34 +128,11 @@ def ste_matching(
         best_perm, best_loss, best_step = perm, holdout_loss(perm), 0
         info["initial_loss"] = best_loss
         seen = {_key(perm): best_loss}
-        order = torch.empty(0, dtype=torch.long)
-        for step in progress(range(1, steps + 1), quiet=quiet, desc="STE"):
-            if order.numel() < min(batch_size, x_train.shape[0]):
-                order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
-            idx, order = order[:batch_size].to(device), order[batch_size:]
-            if step > 1:
-                perm = weight_matching(
-                    spec,
-                    current_state(),
-                    state_b,
-                    seed=seed,
-                    max_iter=max_iter,
-                    tol=tol,
-                    init_perm=perm,
-                )
-            key = _key(perm)
-            if key not in seen:
-                seen[key] = holdout_loss(perm)
-                if seen[key] < best_loss:
-                    best_perm, best_loss, best_step = perm, seen[key], step
-            out = functional_call(model_a, midpoint(perm, True), (x_train[idx],))
-            loss = F.cross_entropy(out, y_train[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            info["train_losses"].append(float(loss.detach()))
-        # the permutation projected from the final θ̃ is a candidate too
-        if steps > 0:
+
+        def project_and_score(step: int) -> None:
+            """Project the current θ̃ onto B's permutations (warm-started weight matching);
+            keep the permutation if its held-out midpoint loss is the best so far."""
+            nonlocal perm, best_perm, best_loss, best_step
             perm = weight_matching(
                 spec,
                 current_state(),
@@ -169,7 +146,24 @@ def ste_matching(
             if key not in seen:
                 seen[key] = holdout_loss(perm)
                 if seen[key] < best_loss:
-                    best_perm, best_loss, best_step = perm, seen[key], steps + 1
+                    best_perm, best_loss, best_step = perm, seen[key], step
+
+        order = torch.empty(0, dtype=torch.long)
+        for step in progress(range(1, steps + 1), quiet=quiet, desc="STE"):
+            if order.numel() < min(batch_size, x_train.shape[0]):
+                order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
+            idx, order = order[:batch_size].to(device), order[batch_size:]
+            if step > 1:
+                project_and_score(step)
+            out = functional_call(model_a, midpoint(perm, True), (x_train[idx],))
+            loss = F.cross_entropy(out, y_train[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            info["train_losses"].append(float(loss.detach()))
+        # the permutation projected from the final θ̃ is a candidate too
+        if steps > 0:
+            project_and_score(steps + 1)
     finally:
         for m, mode in modes.items():
             m.training = mode
