@@ -70,3 +70,31 @@ def test_every_packaged_recipe_resolves():
     for name in names:
         study, text = load_study(name)
         assert study["name"] == name and text
+
+
+def test_table1_spread_is_unknown_when_a_pair_is_undefined():
+    from lmc.experiments import table1
+
+    def rows(pair, calibrated):
+        return [
+            {
+                "width": 8,
+                "weight_decay": 3e-3,
+                "method": "none",
+                "pair": pair,
+                "lam": lam,
+                "accuracy": acc,
+                "calibrated_midpoint_loss_barrier": calibrated,
+                "midpoint_accuracy_barrier": 0.1 * (pair + 1),
+            }
+            for lam, acc in ((0.0, 0.9), (0.5, 0.8), (1.0, 0.9))
+        ]
+
+    (row,) = table1(rows(0, float("nan")) + rows(1, 0.25))
+    assert row["calibrated_midpoint_loss_barrier_mean"] == 0.25
+    assert (
+        row["calibrated_midpoint_loss_barrier_std"] != row["calibrated_midpoint_loss_barrier_std"]
+    )
+    assert row["midpoint_accuracy_barrier_std"] == pytest.approx(0.1 / 2**0.5)
+    (single,) = table1(rows(0, 0.25))
+    assert single["calibrated_midpoint_loss_barrier_std"] == 0.0

@@ -146,7 +146,10 @@ def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
     clean = [v for v in values if v is not None and math.isfinite(v)]
     if not clean:
         return None, None
-    std = float(np.std(clean, ddof=1)) if len(clean) > 1 else 0.0
+    if len(clean) > 1:
+        std = float(np.std(clean, ddof=1))
+    else:  # 0 for a single pair; unknown when the other pairs' values were undefined
+        std = 0.0 if len(values) == 1 else math.nan
     return float(np.mean(clean)), std
 
 

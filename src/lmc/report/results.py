@@ -218,11 +218,16 @@ class Results:
 
 
 def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
-    """Mean and sample std (ddof=1) of the finite values; std 0 with one value."""
+    """Mean and sample std (ddof=1) of the finite values. With one value the std is 0 when it
+    was the only one (a single pair) and NaN when others were undefined (no spread is known)."""
+    values = list(values)
     finite = np.array([v for v in values if math.isfinite(v)], dtype=np.float64)
     if finite.size == 0:
         return math.nan, math.nan, 0
-    std = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+    if finite.size > 1:
+        std = float(finite.std(ddof=1))
+    else:
+        std = 0.0 if len(values) == 1 else math.nan
     return float(finite.mean()), std, int(finite.size)
 
 
