@@ -6,13 +6,16 @@ Ray executor, reusing finished runs, and written as a tidy results table.
 >>> run_study(study, "out/lewc-digits-mlp", toml_text=text)
 """
 
+from .cells import read_csv
 from .executors import LocalExecutor, RayExecutor, make_executor
 from .jobs import Context, expand, run_job
-from .results import read_csv, table1, write_results
+from .results import write_results
 from .runner import run_study
 from .study import list_recipes, load_study, recipe_path, resolve
+from .table import TABLE1_COLUMNS, table1
 
 __all__ = [
+    "TABLE1_COLUMNS",
     "Context",
     "LocalExecutor",
     "RayExecutor",

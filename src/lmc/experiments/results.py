@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import csv
 import math
-from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lmc.store import atomic_path, write_json
+
+from .table import TABLE1_COLUMNS, table1
 
 KEY_COLUMNS = ["width", "weight_decay", "pair", "method"]
 PATH_COLUMNS = [
@@ -47,14 +45,6 @@ RESULT_COLUMNS = [
     *BARRIER_COLUMNS,
 ]
 LAYER_ID_COLUMNS = [*KEY_COLUMNS, "lam", "layer", "name", "kind"]
-TABLE1_COLUMNS = [
-    "width", "weight_decay", "method", "pairs", "endpoint_accuracy_mean",
-    "merged_accuracy_mean", "merged_accuracy_std", "ensemble_accuracy_mean",
-    "midpoint_accuracy_barrier_mean", "midpoint_accuracy_barrier_std",
-    "midpoint_loss_barrier_mean", "midpoint_loss_barrier_std",
-    "calibrated_midpoint_loss_barrier_mean", "calibrated_midpoint_loss_barrier_std",
-    "inverse_temperature_mean", "ensemble_inverse_temperature_mean",
-]  # fmt: skip
 
 
 def _number(value: Any) -> Any:
@@ -73,24 +63,6 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) 
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _number(v) for k, v in row.items()})
-
-
-def read_csv(path: str | Path) -> list[dict[str, Any]]:
-    """Read a CSV written by :func:`write_csv`, turning numeric cells into floats/ints."""
-
-    def convert(value: str) -> Any:
-        if value == "":
-            return None
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return (
-            int(number) if number.is_integer() and "." not in value and "e" not in value else number
-        )
-
-    with open(path, newline="") as handle:
-        return [{k: convert(v) for k, v in row.items()} for row in csv.DictReader(handle)]
 
 
 def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -142,69 +114,6 @@ def unit_records(result: dict[str, Any], field: str, key: str) -> list[dict[str,
     return out
 
 
-def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    clean = [v for v in values if v is not None and math.isfinite(v)]
-    if not clean:
-        return None, None
-    if len(clean) > 1:
-        std = float(np.std(clean, ddof=1))
-    else:  # 0 for a single pair; unknown when the other pairs' values were undefined
-        std = 0.0 if len(values) == 1 else math.nan
-    return float(np.mean(clean)), std
-
-
-def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The width paper's Table 1 from results rows: per (width, weight_decay, method), at
-    lam = 1/2, mean and sample std (ddof 1; 0 for one pair) over pairs. The endpoint accuracy
-    of a pair is the mean of its lam = 0 and lam = 1 accuracies. Accuracies are fractions;
-    barriers in the units of SCIENCE.md (a drop in accuracy is a positive barrier)."""
-    paths: dict[tuple, dict[str, Any]] = defaultdict(dict)
-    for row in rows:
-        key = (row["width"], row["weight_decay"], row["method"], row["pair"])
-        lam = float(row["lam"])
-        if lam in (0.0, 1.0):
-            paths[key].setdefault("ends", []).append(row["accuracy"])
-        if abs(lam - 0.5) < 1e-9:
-            paths[key]["mid"] = row
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for (width, wd, method, _pair), entry in paths.items():
-        if "mid" in entry:
-            groups[(width, wd, method)].append(entry)
-    table = []
-    for (width, wd, method), entries in sorted(
-        groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])
-    ):
-
-        def column(name: str, entries=entries) -> list[float]:
-            return [e["mid"].get(name) for e in entries]
-
-        record: dict[str, Any] = {
-            "width": width,
-            "weight_decay": wd,
-            "method": method,
-            "pairs": len(entries),
-        }
-        record["endpoint_accuracy_mean"] = _mean_std(
-            [float(np.mean(e["ends"])) for e in entries if e.get("ends")]
-        )[0]
-        record["merged_accuracy_mean"], record["merged_accuracy_std"] = _mean_std(
-            column("accuracy")
-        )
-        record["ensemble_accuracy_mean"] = _mean_std(column("ensemble_accuracy"))[0]
-        for name in (
-            "midpoint_accuracy_barrier",
-            "midpoint_loss_barrier",
-            "calibrated_midpoint_loss_barrier",
-        ):
-            record[f"{name}_mean"], record[f"{name}_std"] = _mean_std(column(name))
-        record["inverse_temperature_mean"] = _mean_std(column("inverse_temperature"))[0]
-        record["ensemble_inverse_temperature_mean"] = _mean_std(
-            column("ensemble_inverse_temperature")
-        )[0]
-        table.append(record)
-    return table
-
-
 def write_results(
     out_dir: str | Path, study: dict[str, Any], results: list[dict[str, Any]]
 ) -> dict[str, Path]:
@@ -214,7 +123,7 @@ def write_results(
     layers = [row for result in results for row in layer_rows(result)]
     paths = {"results": out / "results.csv", "table1": out / "table1.csv"}
     write_csv(paths["results"], rows, RESULT_COLUMNS)
-    write_csv(paths["table1"], table1(rows), TABLE1_COLUMNS)
+    write_csv(paths["table1"], table1(rows), list(TABLE1_COLUMNS))
     if layers:
         paths["layers"] = out / "layers.csv"
         write_csv(paths["layers"], layers, LAYER_ID_COLUMNS)

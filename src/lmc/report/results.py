@@ -10,74 +10,26 @@ optional). Numbers are parsed to ``float`` (``pair`` and ``layer`` to ``int``); 
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lmc.config import LmcError
-
-# Columns kept as text; every other column is parsed as a number.
-TEXT_COLUMNS = frozenset({"dataset", "model", "method", "split", "bn", "name", "kind"})
-INT_COLUMNS = frozenset({"pair", "layer", "pairs"})
-REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")
-# Canonical order of merge methods in figures and tables; unknown methods follow, sorted.
-METHOD_ORDER = ("none", "weight", "activation", "ste", "random")
-
-
-def number(value: Any) -> float:
-    """A cell as a float: empty / ``nan`` / ``None`` / unparsable text -> NaN."""
-    if value is None:
-        return math.nan
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip()
-    if not text or text.lower() in ("nan", "none", "null", "na"):
-        return math.nan
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
-def coerce_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Parse one CSV row: text columns stay text, ``pair``/``layer`` become int, rest float."""
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if key is None:  # surplus cells of a ragged row
-            continue
-        if key in TEXT_COLUMNS:
-            out[key] = "" if value is None else str(value)
-        elif key in INT_COLUMNS:
-            v = number(value)
-            out[key] = int(v) if math.isfinite(v) else -1
-        else:
-            out[key] = number(value)
-    return out
-
-
-def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """A CSV file as a list of parsed rows (see ``coerce_row``)."""
-    path = Path(path)
-    try:
-        with open(path, newline="") as handle:
-            return [coerce_row(row) for row in csv.DictReader(handle)]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise LmcError(f"cannot read {path} ({exc}); re-run `lmc sweep` to rewrite it") from exc
-
-
-def is_close(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-9
-
-
-def method_sort_key(method: str) -> tuple[int, str]:
-    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+from lmc.experiments.cells import (  # noqa: F401  (re-exported for the figures)
+    INT_COLUMNS,
+    METHOD_ORDER,
+    REQUIRED_RESULT_COLUMNS,
+    TEXT_COLUMNS,
+    coerce_row,
+    is_close,
+    mean_std,
+    method_sort_key,
+    number,
+    read_csv,
+)
 
 
 @dataclass
@@ -215,20 +167,6 @@ class Results:
                 continue
             out.append(r)
         return out
-
-
-def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
-    """Mean and sample std (ddof=1) of the finite values. With one value the std is 0 when it
-    was the only one (a single pair) and NaN when others were undefined (no spread is known)."""
-    values = list(values)
-    finite = np.array([v for v in values if math.isfinite(v)], dtype=np.float64)
-    if finite.size == 0:
-        return math.nan, math.nan, 0
-    if finite.size > 1:
-        std = float(finite.std(ddof=1))
-    else:
-        std = 0.0 if len(values) == 1 else math.nan
-    return float(finite.mean()), std, int(finite.size)
 
 
 def _optional_json(path: Path, notes: list[str]) -> Any:
