@@ -184,3 +184,20 @@ def test_batchnorm_merge_is_analysed_with_reset_statistics():
     with_reset = analyze(a, b, x, 0.5, merge_fn=merge, spectra=False).records
     plain = analyze(a, b, x, 0.5, spectra=False).records
     assert with_reset[0]["lewc_cosine"] != plain[0]["lewc_cosine"]
+
+
+def test_repair_merge_equals_repair_of_the_interpolation():
+    import copy
+
+    from lmc.merge import bn_aware_merge, lerp, repair
+    from lmc.models import build
+
+    a = build("mlp", input_size=64, width=16, depth=2, norm="batch", seed=0).eval()
+    b = build("mlp", input_size=64, width=16, depth=2, norm="batch", seed=1).eval()
+    x = torch.randn(512, 64, generator=torch.Generator().manual_seed(0))
+    merged = bn_aware_merge(a, b, "repair", x)(a.state_dict(), b.state_dict(), 0.3)
+    reference = copy.deepcopy(a)
+    reference.load_state_dict(lerp(a.state_dict(), b.state_dict(), 0.3))
+    repair(reference, a, b, 0.3, x)
+    for key, value in reference.state_dict().items():
+        assert torch.allclose(merged[key].double(), value.double()), key

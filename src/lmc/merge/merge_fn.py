@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .batchnorm import repair, reset_batchnorm, resolve_bn_mode
+from .batchnorm import batchnorm_output_stats, repair, reset_batchnorm, resolve_bn_mode
 from .interpolate import StateDict, lerp
 
 
@@ -32,11 +32,15 @@ def bn_aware_merge(
     endpoint_b = copy.deepcopy(model_b)
     if state_b is not None:
         endpoint_b.load_state_dict(state_b)
+    stats: dict[str, dict] = {}
+    if mode == "repair":  # the endpoints' channel statistics, measured once for every lambda
+        stats["stats_a"] = batchnorm_output_stats(model_a, train_inputs)
+        stats["stats_b"] = batchnorm_output_stats(endpoint_b, train_inputs)
 
     def merge(sa: StateDict, sb: StateDict, lam: float) -> StateDict:
         scratch.load_state_dict(lerp(sa, sb, lam))
         if mode == "repair":
-            repair(scratch, model_a, endpoint_b, lam, train_inputs)
+            repair(scratch, model_a, endpoint_b, lam, train_inputs, **stats)
         else:
             reset_batchnorm(scratch, train_inputs)
         return {k: v.detach().clone() for k, v in scratch.state_dict().items()}
