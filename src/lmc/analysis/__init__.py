@@ -11,7 +11,7 @@ Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: SC
 """
 
 from .layers import apply_weight, has_bias
-from .pipeline import RECORD_KEYS, AnalysisResult, analyze, layerwise, lerp_into
+from .pipeline import RECORD_KEYS, AnalysisResult, analyze, layerwise
 from .probes import derive_probe_points, resolve_probe_points
 from .spectra import effective_rank, singular_values, stable_rank
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
@@ -29,7 +29,6 @@ __all__ = [
     "has_bias",
     "large_unit_overlap",
     "layerwise",
-    "lerp_into",
     "near_zero_fraction",
     "resolve_probe_points",
     "singular_values",

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError, progress
+from lmc.merge import lerp_into
 from lmc.models import ProbePoint
 
 from .accumulators import (
@@ -111,31 +112,6 @@ RECORD_KEYS = (
     "logit_norm_lewc",
     "n_examples",
 )
-
-
-def check_same_architecture(state_a: StateDict, state_b: StateDict) -> None:
-    """``LmcError`` naming the first tensor where the two states differ in name or shape."""
-    if state_a.keys() != state_b.keys():
-        only = sorted(state_a.keys() ^ state_b.keys())[0]
-        raise LmcError(f"models A and B have different parameters ({only!r}): same architecture?")
-    for key, a in state_a.items():
-        if a.shape != state_b[key].shape:
-            raise LmcError(
-                f"models A and B differ at {key!r} ({tuple(a.shape)} vs "
-                f"{tuple(state_b[key].shape)}): the analysis needs two models of one architecture"
-            )
-
-
-@torch.no_grad()
-def lerp_into(model: nn.Module, state_b: StateDict, lam: float) -> nn.Module:
-    """Turn ``model`` (holding θ_A) into θ(λ) = (1 − λ)θ_A + λθ_B in place, tensor by tensor,
-    so no second copy of the weights is made. Non-floating tensors (counters) stay A's."""
-    state = model.state_dict()
-    check_same_architecture(state, state_b)
-    for key, tensor in state.items():
-        if tensor.is_floating_point():
-            tensor.mul_(1.0 - lam).add_(state_b[key].to(tensor), alpha=lam)
-    return model
 
 
 @dataclass
@@ -346,7 +322,7 @@ def analyze(
         near_zero, large_energy: thresholds of the unit summaries (``lmc.analysis.units``).
         spectra: compute singular values of each weight (stable and effective rank).
         merge_fn: ``(state_a, state_b, lam) -> state`` for θ(λ); default: the plain
-            interpolation of every floating tensor (``lerp_into``).
+            interpolation of every floating tensor (:func:`lmc.merge.lerp_into`).
         quiet: no progress bar.
 
     Memory: the models, (number of λs) merged copies and one batch of every probe point's
@@ -370,7 +346,7 @@ def analyze(
     for value in lams:
         model_c = copy.deepcopy(model_a)
         if merge_fn is None:
-            lerp_into(model_c, model_b.state_dict(), value)
+            lerp_into(model_c, model_a.state_dict(), model_b.state_dict(), value)
         else:
             merged = merge_fn(model_a.state_dict(), model_b.state_dict(), value)
             _load(model_c, merged, f"the merged state at lam={value}")
