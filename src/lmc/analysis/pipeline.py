@@ -38,7 +38,7 @@ from torch import nn
 
 from lmc.config import LmcError, progress
 from lmc.merge import lerp_into
-from lmc.models import ProbePoint
+from lmc.models import ProbePoint, eval_mode
 
 from .accumulators import (
     CommutativityStats,
@@ -63,7 +63,7 @@ from .layers import (
     unfolded_sq_norm,
     weight_distance,
 )
-from .probes import Capture, Recorder, activation_name, eval_mode, resolve_probe_points
+from .probes import Capture, Recorder, activation_name, resolve_probe_points
 from .spectra import effective_rank, singular_values, stable_rank
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
 from .units import LARGE_ENERGY, NEAR_ZERO, unit_summary

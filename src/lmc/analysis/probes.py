@@ -22,15 +22,13 @@ f_l, the pre-activation z~_l (input of the activation module) and the layer inpu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from lmc.config import LmcError
-from lmc.models import ProbePoint
+from lmc.models import ProbePoint, eval_mode
 
 WEIGHT_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 ACTIVATION_TYPES = (
@@ -125,20 +123,6 @@ def derive_probe_points(
         else:
             points.append(ProbePoint(f"layer{layer}", layer, "hidden", weight, weight, None))
     return points
-
-
-@contextmanager
-def eval_mode(*models: nn.Module) -> Iterator[None]:
-    """Put ``models`` in eval mode and restore each one's training flags afterwards."""
-    saved = [[(m, m.training) for m in model.modules()] for model in models]
-    try:
-        for model in models:
-            model.eval()
-        yield
-    finally:
-        for flags in saved:
-            for module, training in flags:
-                module.training = training
 
 
 @dataclass

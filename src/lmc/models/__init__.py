@@ -21,6 +21,7 @@ from lmc.config import LmcError
 from .init import initialize
 from .layers import ACTIVATIONS, NORMS, check_choice
 from .mlp import MLP, mlp
+from .modes import eval_mode, module_device, preserved_modes
 from .probes import ProbePoint
 from .resnet import ResNet20, resnet20
 from .vgg import VGG, vgg11, vgg16
@@ -86,6 +87,9 @@ __all__ = [
     "VGG",
     "build",
     "count_parameters",
+    "eval_mode",
     "initialize",
+    "module_device",
+    "preserved_modes",
     "probe_points",
 ]

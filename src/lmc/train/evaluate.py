@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmc.models import eval_mode
+
 
 @torch.no_grad()
 def evaluate(
@@ -15,8 +17,11 @@ def evaluate(
 
     The model's train/eval mode is restored afterwards.
     """
-    was_training = model.training
-    model.eval()
+    with eval_mode(model):
+        return _evaluate(model, x, y, batch_size)
+
+
+def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int):
     loss_sum = torch.zeros((), dtype=torch.float64, device=x.device)
     correct = torch.zeros((), dtype=torch.int64, device=x.device)
     for start in range(0, len(x), batch_size):
@@ -24,6 +29,5 @@ def evaluate(
         target = y[start : start + batch_size]
         loss_sum += F.cross_entropy(logits.float(), target, reduction="sum").double()
         correct += (logits.argmax(1) == target).sum()
-    model.train(was_training)
     n = max(1, len(x))
     return {"loss": loss_sum.item() / n, "accuracy": correct.item() / n}
