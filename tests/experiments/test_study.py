@@ -14,7 +14,13 @@ def test_defaults_are_filled_in():
     study = resolve(BASE)
     assert study["sweep"]["weight_decays"] == [3e-3]
     assert study["merge"]["methods"] == ["none", "weight"]
-    assert study["model"] == {"name": "mlp", "depth": 2, "norm": "none"}
+    assert study["model"] == {
+        "name": "mlp",
+        "depth": 2,
+        "norm": "none",
+        "activation": "relu",
+        "bias": True,
+    }
     assert study["analysis"]["lambdas"] == [0.5]
 
 
@@ -39,7 +45,7 @@ def test_unknown_key_is_named(raw, key):
         ({**BASE, "sweep": {"widths": "16"}}, "'sweep.widths' in x must be list"),
         ({**BASE, "merge": {"methods": ["rebasin"]}}, "unknown merge method 'rebasin'"),
         ({**BASE, "data": {"dataset": "imagenet"}}, "unknown dataset 'imagenet'"),
-        ({**BASE, "sweep": {"widths": [8.5]}}, "integers"),
+        ({**BASE, "sweep": {"widths": [8.5]}}, "an integer"),
         ({**BASE, "model": {"name": "mlp", "width": 3}}, "model.width"),
         (
             {"model": {"name": "mlp"}, "sweep": {"widths": [8]}, "data": {}},

@@ -11,7 +11,7 @@ import argparse
 
 from lmc.config import LmcError
 from lmc.data import DATASETS
-from lmc.models import MODELS
+from lmc.models import MODELS, get_model
 from lmc.models.layers import ACTIVATIONS, NORMS
 from lmc.store import RunStore, load_run
 from lmc.train import OPTIMIZERS, SCHEDULES, TrainSettings, make_config, spawn_config, train_run
@@ -37,17 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--width",
         type=float,
         default=None,
-        help="MLP: hidden units (default 512); VGG/ResNet: channel multiplier "
-        "over the standard base widths (default 1)",
+        help="MLP: hidden units (default 512); VGG/ResNet: channel multiplier over the "
+        "standard base widths (default 1)",
     )
-    model.add_argument("--depth", type=int, default=3, help="MLP: number of hidden layers")
+    model.add_argument(
+        "--depth", type=int, default=None, help="MLP: number of hidden layers (default 3)"
+    )
     model.add_argument(
         "--norm",
         default=None,
         choices=NORMS,
         help="normalisation (default: none for MLP, batch for CNNs)",
     )
-    model.add_argument("--activation", default="relu", choices=ACTIVATIONS, help="activation")
+    model.add_argument(
+        "--activation", default=None, choices=ACTIVATIONS, help="activation (default relu)"
+    )
     model.add_argument(
         "--no-bias",
         action="store_true",
@@ -126,7 +130,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
-def config_from_args(args: argparse.Namespace) -> dict:
+# the model flags of `lmc train`: flag -> option name (each passed only when given)
+MODEL_FLAGS = {
+    "--width": "width",
+    "--depth": "depth",
+    "--norm": "norm",
+    "--activation": "activation",
+}
+
+
+def model_options_from_args(args: argparse.Namespace) -> dict:
+    """The model options the user gave; the registry fills in the rest (one place)."""
+    entry = get_model(args.model)
+    given = {
+        opt: getattr(args, opt) for opt in MODEL_FLAGS.values() if getattr(args, opt) is not None
+    }
+    if args.no_bias:
+        given["bias"] = False
+    for flag, option in {**MODEL_FLAGS, "--no-bias": "bias"}.items():
+        if option in given and option not in entry.option_names:
+            raise LmcError(f"{flag} is not an option of {args.model}")
+    return given
+
+
+def config_from_args(args: argparse.Namespace, data=None) -> dict:
+    """The run's config from the flags (``data``: the loaded dataset, for its shapes)."""
     init_seed = args.seed if args.init_seed is None else args.init_seed
     data_seed = args.seed if args.data_seed is None else args.data_seed
     if args.spawn_from is not None:
@@ -135,16 +163,6 @@ def config_from_args(args: argparse.Namespace) -> dict:
         return spawn_config(load_run(args.spawn_from), args.spawn_epoch, data_seed)
     if args.spawn_epoch is not None:
         raise LmcError("--spawn-epoch needs --spawn-from RUN")
-    options: dict = {"activation": args.activation, "bias": not args.no_bias}
-    if args.model == "mlp":
-        options["width"] = int(args.width) if args.width is not None else 512
-        if args.width is not None and args.width != int(args.width):
-            raise LmcError("an MLP's --width is a number of hidden units (an integer)")
-        options["depth"] = args.depth
-        options["norm"] = args.norm or "none"
-    else:
-        options["width"] = args.width if args.width is not None else 1.0
-        options["norm"] = args.norm or "batch"
     recipe = dict(
         epochs=args.epochs,
         batch_size=args.batch_size,
@@ -159,18 +177,17 @@ def config_from_args(args: argparse.Namespace) -> dict:
         init_seed=init_seed,
         data_seed=data_seed,
     )
-    return make_config(args.dataset, args.model, options, data=args._data, **recipe)
+    options = model_options_from_args(args)
+    return make_config(args.dataset, args.model, options, data=data, **recipe)
 
 
 def run(args: argparse.Namespace) -> int:
     device = device_from(args)
-    args._data = (
-        dataset_for_config({"dataset": args.dataset, "dataset_options": {}}, args, device)
-        if args.spawn_from is None
-        else None
-    )
-    config = config_from_args(args)
-    data = args._data or dataset_for_config(config, args, device)
+    data = None
+    if args.spawn_from is None:
+        data = dataset_for_config({"dataset": args.dataset, "dataset_options": {}}, args, device)
+    config = config_from_args(args, data)
+    data = data or dataset_for_config(config, args, device)
     store = RunStore(args.runs_dir)
     run_result, reused = train_run(config, store=store, device=device, quiet=args.quiet, data=data)
     metrics = run_result.metrics

@@ -12,7 +12,7 @@ Fashion-MNIST) and :mod:`lmc.data.cifar` (binary CIFAR). Nothing is ever unpickl
 
 from .batching import batches, num_batches, random_crop_flip
 from .dataset import Dataset
-from .loaders import DATASETS, load
+from .loaders import DATASETS, canonical_name, input_shape, load
 from .paths import cache_dir, default_data_dirs
 
 __all__ = [
@@ -20,7 +20,9 @@ __all__ = [
     "Dataset",
     "batches",
     "cache_dir",
+    "canonical_name",
     "default_data_dirs",
+    "input_shape",
     "load",
     "num_batches",
     "random_crop_flip",

@@ -50,6 +50,26 @@ def canonical_name(name: str) -> str:
     return key
 
 
+# the shape of one example of each dataset (synthetic: its ``input_shape`` option)
+INPUT_SHAPES = {
+    "digits": (1, 8, 8),
+    "mnist": (1, 28, 28),
+    "fashion-mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32),
+    "cifar100": (3, 32, 32),
+}
+
+
+def input_shape(name: str, **options: Any) -> tuple[int, ...]:
+    """The shape of one example of dataset ``name`` (as ``load`` returns it), without loading
+    any file."""
+    key = canonical_name(name)
+    if key == "synthetic":
+        shape = options.get("input_shape", SYNTHETIC_DEFAULTS["input_shape"])
+        return tuple(shape) if isinstance(shape, (list, tuple)) else (int(shape),)
+    return INPUT_SHAPES[key]
+
+
 def load(
     name: str,
     *,

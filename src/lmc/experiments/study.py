@@ -53,7 +53,7 @@ from typing import Any
 
 from lmc.config import LmcError
 from lmc.data import DATASETS
-from lmc.models import MODELS
+from lmc.models import MODELS, check_options, get_model
 from lmc.train import TrainSettings
 
 if sys.version_info >= (3, 11):
@@ -162,23 +162,25 @@ def _resolve_model(given: dict[str, Any], source: str | None) -> dict[str, Any]:
         raise LmcError(f"missing key 'model.name'{_where(source)}; one of {', '.join(MODELS)}")
     if name not in MODELS:
         raise LmcError(f"unknown model {name!r}{_where(source)}: choose one of {', '.join(MODELS)}")
+    entry = get_model(name)
     options = {k: v for k, v in given.items() if k != "name"}
-    for key in ("width", "input_size", "in_channels", "num_classes"):
+    for key in ("width", *entry.input_keys):
         if key in options:
             raise LmcError(
                 f"key 'model.{key}'{_where(source)} is set by lmc (widths go in "
                 "[sweep] widths; sizes come from the dataset)"
             )
-    from lmc.models import _OPTIONS  # the model's option names
-
     for key in options:
-        if key not in _OPTIONS[name]:
-            known = sorted(_OPTIONS[name] - {"width", "input_size", "in_channels", "num_classes"})
+        if key not in entry.options:
             raise LmcError(
-                f"unknown key 'model.{key}'{_where(source)} for {name}; known: {', '.join(known)}"
+                f"unknown key 'model.{key}'{_where(source)} for {name}; known: "
+                f"{', '.join(sorted(entry.options))}"
             )
-    options.setdefault("norm", "none" if name == "mlp" else "batch")
-    return {"name": name, **options}
+    try:
+        check_options(name, options)
+    except LmcError as exc:
+        raise LmcError(f"[model]{_where(source)}: {exc}") from None
+    return {"name": name, **entry.options, **options}
 
 
 def _check_values(study: dict[str, Any], source: str | None) -> None:
@@ -195,8 +197,12 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
         isinstance(w, (int, float)) and w > 0 for w in sweep["widths"]
     ):
         raise LmcError(f"'sweep.widths'{where} must be a non-empty list of positive numbers")
-    if study["model"]["name"] == "mlp" and not all(float(w).is_integer() for w in sweep["widths"]):
-        raise LmcError(f"'sweep.widths'{where}: MLP widths are numbers of hidden units (integers)")
+    entry = get_model(study["model"]["name"])
+    for width in sweep["widths"]:
+        try:
+            entry.width_value(width)
+        except LmcError as exc:
+            raise LmcError(f"'sweep.widths'{where}: {exc}") from None
     if not sweep["weight_decays"] or not all(
         isinstance(w, (int, float)) and w >= 0 for w in sweep["weight_decays"]
     ):

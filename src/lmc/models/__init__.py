@@ -1,8 +1,11 @@
 """The model zoo: MLP, VGG-11/16 and ResNet-20 with width, norm, activation and bias options.
 
-``build(name, **options)`` returns an ``nn.Module`` with a ``probe_points()`` method (the
+Every architecture is one entry of the registry (:mod:`lmc.models.registry`): what its
+``width`` means, its options with their defaults, and how its input options come from the
+data. ``build(name, **options)`` returns an ``nn.Module`` with a ``probe_points()`` method (the
 ordered layer outputs analysis hooks into) and an ``lmc_spec`` dict (name and options) from
-which the same architecture can be rebuilt.
+which the same architecture can be rebuilt; ``resolve_options`` completes a model's options
+(the one place defaults are filled in).
 
 Widths: for ``mlp`` ``width`` is the number of hidden units; for ``vgg11``/``vgg16`` it
 multiplies the standard channels (64, 128, 256, 512); for ``resnet20`` it multiplies the
@@ -11,58 +14,32 @@ stage channels (16, 32, 64).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from torch import nn
 
 from lmc.config import LmcError
 
+from . import mlp as _mlp  # noqa: F401  (registers the zoo)
+from . import resnet as _resnet  # noqa: F401
+from . import vgg as _vgg  # noqa: F401
+from .compare import check_same_architecture
 from .init import initialize
-from .layers import ACTIVATIONS, NORMS, check_choice
-from .mlp import MLP, mlp
+from .mlp import MLP
 from .modes import eval_mode, module_device, preserved_modes
 from .probes import ProbePoint
-from .resnet import ResNet20, resnet20
-from .vgg import VGG, vgg11, vgg16
-
-MODELS: dict[str, Callable[..., nn.Module]] = {
-    "mlp": mlp,
-    "vgg11": vgg11,
-    "vgg16": vgg16,
-    "resnet20": resnet20,
-}
-
-_OPTIONS = {
-    "mlp": {"input_size", "num_classes", "width", "depth", "norm", "activation", "bias"},
-    "vgg11": {"in_channels", "num_classes", "width", "norm", "activation", "bias"},
-    "vgg16": {"in_channels", "num_classes", "width", "norm", "activation", "bias"},
-    "resnet20": {"in_channels", "num_classes", "width", "norm", "activation", "bias"},
-}
-
-
-def build(name: str, *, seed: int | None = None, **options: Any) -> nn.Module:
-    """Build zoo model ``name`` with ``options``; with ``seed``, initialise from that seed.
-
-    Raises ``LmcError`` for an unknown name or option.
-    """
-    if name not in MODELS:
-        raise LmcError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
-    unknown = set(options) - _OPTIONS[name]
-    if unknown:
-        raise LmcError(
-            f"model {name!r} has no option {sorted(unknown)[0]!r}: "
-            f"its options are {', '.join(sorted(_OPTIONS[name]))}"
-        )
-    if "norm" in options:
-        check_choice("norm", options["norm"], NORMS)
-    if "activation" in options:
-        check_choice("activation", options["activation"], ACTIVATIONS)
-    model = MODELS[name](**options)
-    model.lmc_spec = {"name": name, "options": dict(options)}
-    if seed is not None:
-        initialize(model, seed)
-    return model
+from .registry import (
+    MODELS,
+    ModelEntry,
+    build,
+    check_options,
+    get_model,
+    has_input_options,
+    image_inputs,
+    register_model,
+    resolve_options,
+    vector_inputs,
+)
+from .resnet import ResNet20
+from .vgg import VGG
 
 
 def probe_points(model: nn.Module) -> list[ProbePoint]:
@@ -82,14 +59,23 @@ def count_parameters(model: nn.Module) -> int:
 __all__ = [
     "MLP",
     "MODELS",
+    "ModelEntry",
     "ProbePoint",
     "ResNet20",
     "VGG",
     "build",
+    "check_options",
+    "check_same_architecture",
     "count_parameters",
     "eval_mode",
+    "get_model",
+    "has_input_options",
+    "image_inputs",
     "initialize",
     "module_device",
     "preserved_modes",
     "probe_points",
+    "register_model",
+    "resolve_options",
+    "vector_inputs",
 ]

@@ -8,6 +8,8 @@ from lmc.config import LmcError
 
 ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid", "leaky_relu")
 NORMS = ("none", "batch", "layer")
+# the defaults of the convolutional zoo models (BatchNorm, as Git Re-Basin and the width paper)
+CNN_OPTIONS = {"norm": "batch", "activation": "relu", "bias": True}
 
 
 def make_activation(name: str) -> nn.Module:
@@ -40,11 +42,6 @@ def make_norm(name: str, channels: int, *, spatial: bool) -> nn.Module:
     if name == "layer":
         return nn.GroupNorm(1, channels) if spatial else nn.LayerNorm(channels)
     raise LmcError(f"unknown norm {name!r}: choose one of {', '.join(NORMS)}")
-
-
-def check_choice(kind: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise LmcError(f"unknown {kind} {value!r}: choose one of {', '.join(choices)}")
 
 
 def scaled(base: int, width: float) -> int:

@@ -9,6 +9,7 @@ from torch import nn
 
 from .layers import make_activation, make_norm
 from .probes import ProbePoint
+from .registry import register_model, vector_inputs
 
 
 class MLP(nn.Module):
@@ -55,6 +56,14 @@ class MLP(nn.Module):
         return points
 
 
+@register_model(
+    "mlp",
+    width="units",
+    default_width=512,
+    inputs=vector_inputs,
+    options={"depth": 3, "norm": "none", "activation": "relu", "bias": True},
+    description="multilayer perceptron: depth hidden layers of width units",
+)
 def mlp(*, input_size: int | tuple[int, ...] = 64, **options) -> MLP:
     if isinstance(input_size, (tuple, list)):
         input_size = math.prod(input_size)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layers import make_activation, make_norm, scaled
+from .layers import CNN_OPTIONS, make_activation, make_norm, scaled
 from .probes import ProbePoint
+from .registry import image_inputs, register_model
 
 BASE_WIDTHS = (16, 32, 64)
 BLOCKS_PER_STAGE = 3
@@ -98,5 +99,13 @@ class ResNet20(nn.Module):
         return points
 
 
+@register_model(
+    "resnet20",
+    width="multiplier",
+    default_width=1.0,
+    inputs=image_inputs,
+    options=CNN_OPTIONS,
+    description="ResNet-20: width multiplies the stage channels 16, 32, 64",
+)
 def resnet20(**options) -> ResNet20:
     return ResNet20(**options)

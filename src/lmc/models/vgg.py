@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layers import make_activation, make_norm, scaled
+from .layers import CNN_OPTIONS, make_activation, make_norm, scaled
 from .probes import ProbePoint
+from .registry import image_inputs, register_model
 
 # Standard base widths; "M" is a 2x2 max-pool. Width multiplier w scales every conv's channels.
 CONFIGS: dict[str, list[int | str]] = {
@@ -96,9 +97,25 @@ class VGG(nn.Module):
         return points
 
 
+@register_model(
+    "vgg11",
+    width="multiplier",
+    default_width=1.0,
+    inputs=image_inputs,
+    options=CNN_OPTIONS,
+    description="VGG-11: width multiplies the channels 64, 128, 256, 512",
+)
 def vgg11(**options) -> VGG:
     return VGG("vgg11", **options)
 
 
+@register_model(
+    "vgg16",
+    width="multiplier",
+    default_width=1.0,
+    inputs=image_inputs,
+    options=CNN_OPTIONS,
+    description="VGG-16: width multiplies the channels 64, 128, 256, 512",
+)
 def vgg16(**options) -> VGG:
     return VGG("vgg16", **options)

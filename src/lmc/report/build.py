@@ -134,7 +134,7 @@ def _list(values: list, fmt: Callable = str) -> str:
 
 def study_summary(res: Results) -> str:
     name = res.study.get("name")
-    unit = "hidden units" if res.is_mlp else "× channel multiplier"
+    unit = "hidden units" if res.width_counts_units else "× channel multiplier"
     lams = res.lams
     grid = f"{len(lams)} values of λ from {lams[0]:g} to {lams[-1]:g}" if lams else "no λ"
     calib = (

@@ -93,8 +93,13 @@ class Results:
         return self._text("bn")
 
     @property
-    def is_mlp(self) -> bool:
-        return self.model.lower().startswith("mlp")
+    def width_counts_units(self) -> bool:
+        """Whether the model's width is a number of units (an MLP's), not a channel multiplier,
+        as its registry entry declares (units for an unknown model name)."""
+        from lmc.models import MODELS
+
+        entry = MODELS.get(self.model)
+        return entry is None or entry.width == "units"
 
     @property
     def calibrated(self) -> bool:

@@ -8,16 +8,14 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError, environment_info
-from lmc.data import Dataset, load
-from lmc.models import build, count_parameters
+from lmc.data import Dataset, canonical_name, load
+from lmc.models import build, count_parameters, has_input_options, resolve_options
 from lmc.store import Run, RunStore
 
 from .checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from .evaluate import evaluate
 from .loop import fit
 from .settings import TrainSettings
-
-CNN_MODELS = ("vgg11", "vgg16", "resnet20")
 
 
 def make_config(
@@ -32,42 +30,31 @@ def make_config(
 ) -> dict[str, Any]:
     """The canonical config of a training run (what is hashed into its folder name).
 
-    The model's input size (``input_size`` for MLPs, ``in_channels`` for CNNs) and
-    ``num_classes`` are filled in from the dataset (``data``, or loaded to read its shapes).
+    The model's options are completed by the registry (``lmc.models.resolve_options``): every
+    default filled in, and the data-given ones (input size or channels, ``num_classes``) read
+    from the dataset (``data``, or loaded to read its shapes), so the same settings give the
+    same config from the CLI, a study or Python.
     ``spawn`` is ``{"parent": <parent config>, "epoch": K}`` for a spawned run.
     """
     options = dict(model_options or {})
-    if data is None and not _has_io_options(model, options):
+    if data is None and not has_input_options(model, options):
         data = load(dataset, **(dataset_options or {}))
+    shape = {}
     if data is not None:
-        options.setdefault("num_classes", data.num_classes)
-        if model == "mlp":
-            options.setdefault("input_size", data.input_size)
-        else:
-            if len(data.input_shape) != 3:
-                raise LmcError(
-                    f"model {model!r} needs image data (C, H, W); {dataset!r} has "
-                    f"shape {tuple(data.input_shape)}"
-                )
-            options.setdefault("in_channels", data.input_shape[0])
-    build(model, **options)  # validates names and options early
+        shape = {"input_shape": data.input_shape, "num_classes": data.num_classes}
+    options = resolve_options(model, options, **shape)
     settings = TrainSettings.from_dict(train_settings)
     train = settings.to_dict()
     if spawn is not None:
         train["spawn"] = spawn
     return {
         "kind": "train",
-        "dataset": dataset,
+        "dataset": canonical_name(dataset),
         "dataset_options": dict(dataset_options or {}),
         "model": model,
         "model_options": options,
         "train": train,
     }
-
-
-def _has_io_options(model: str, options: dict[str, Any]) -> bool:
-    key = "input_size" if model == "mlp" else "in_channels"
-    return key in options and "num_classes" in options
 
 
 def settings_of(config: dict[str, Any]) -> TrainSettings:

@@ -1,0 +1,206 @@
+"""The model registry: each zoo architecture declares itself once, and everyone asks it.
+
+An entry says what ``width`` means for the model (``units``: an integer number of hidden units
+per layer; ``multiplier``: a factor on the architecture's standard channel counts), which
+options it takes and their defaults, and how the options that come from the data (input size
+or channels, number of classes) are read off a dataset's ``input_shape`` and
+``num_classes``. Training configs, studies, the CLI and alignment all fill and check a model's
+options through :func:`resolve_options`, so the same settings give the same config wherever
+they are written (in the spirit of timm's ``register_model`` / ``create_model``).
+
+>>> @register_model("mlp", width="units", default_width=512, inputs=vector_inputs,
+...                 options={"depth": 3, "norm": "none", "activation": "relu", "bias": True})
+... def mlp(**options): ...
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from lmc.config import LmcError
+
+from .init import initialize
+from .layers import ACTIVATIONS, NORMS
+
+InputOptions = Callable[[Sequence[int], int], dict[str, Any]]
+WIDTH_KINDS = ("units", "multiplier")
+
+
+def vector_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
+    """Options of a model that flattens its input: ``input_size`` = prod(shape)."""
+    return {"input_size": int(math.prod(input_shape)), "num_classes": int(num_classes)}
+
+
+vector_inputs.keys = ("input_size", "num_classes")  # type: ignore[attr-defined]
+
+
+def image_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
+    """Options of a model of images (C, H, W): ``in_channels`` = C."""
+    if len(input_shape) != 3:
+        raise LmcError(
+            f"this model needs image data (C, H, W); the dataset's examples have shape "
+            f"{tuple(input_shape)}"
+        )
+    return {"in_channels": int(input_shape[0]), "num_classes": int(num_classes)}
+
+
+image_inputs.keys = ("in_channels", "num_classes")  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One registered architecture.
+
+    ``factory(**options)`` builds it; ``options`` maps each user-settable option (besides
+    ``width``) to its default; ``inputs`` turns a dataset's ``(input_shape, num_classes)`` into
+    the data-given options, whose names are ``input_keys``.
+    """
+
+    name: str
+    factory: Callable[..., nn.Module]
+    width: str
+    default_width: float
+    inputs: InputOptions
+    options: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def input_keys(self) -> tuple[str, ...]:
+        return tuple(getattr(self.inputs, "keys", ()))
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """Every option ``build`` accepts: width, the user options and the data-given ones."""
+        return ("width", *self.options, *self.input_keys)
+
+    @property
+    def width_help(self) -> str:
+        if self.width == "units":
+            return "hidden units per layer (an integer)"
+        return "multiplier of the standard channel counts"
+
+    def width_value(self, width: Any) -> int | float:
+        """``width`` checked (positive, finite; an integer for ``units``) and typed."""
+        if isinstance(width, bool) or not isinstance(width, (int, float)):
+            raise LmcError(
+                f"{self.name}: width must be a number ({self.width_help}), got {width!r}"
+            )
+        if not math.isfinite(width) or width <= 0:
+            raise LmcError(f"{self.name}: width must be positive and finite, got {width!r}")
+        if self.width == "units":
+            if float(width) != int(width):
+                raise LmcError(f"{self.name}: width is {self.width_help}, got {width!r}")
+            return int(width)
+        return float(width)
+
+
+MODELS: dict[str, ModelEntry] = {}
+
+
+def register_model(
+    name: str,
+    *,
+    width: str,
+    default_width: float,
+    inputs: InputOptions,
+    options: Mapping[str, Any] | None = None,
+    description: str = "",
+) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Decorator registering ``factory`` as zoo model ``name`` (see :class:`ModelEntry`)."""
+    if width not in WIDTH_KINDS:
+        raise ValueError(f"width must be one of {WIDTH_KINDS}")
+
+    def decorate(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        MODELS[name] = ModelEntry(
+            name, factory, width, default_width, inputs, dict(options or {}), description
+        )
+        return factory
+
+    return decorate
+
+
+def get_model(name: str) -> ModelEntry:
+    """The registry entry of ``name``, or ``LmcError`` listing the registered names."""
+    if name not in MODELS:
+        raise LmcError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def _check_int(name: str, key: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise LmcError(f"{name}: {key} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """``LmcError`` for an option ``name`` does not take or a value out of its range."""
+    entry = get_model(name)
+    unknown = sorted(set(options) - set(entry.option_names))
+    if unknown:
+        raise LmcError(
+            f"model {name!r} has no option {unknown[0]!r}: "
+            f"its options are {', '.join(sorted(entry.option_names))}"
+        )
+    if "width" in options:
+        entry.width_value(options["width"])
+    for key in ("depth", "in_channels", "heads"):
+        if key in options:
+            _check_int(name, key, options[key], 1)
+    if "num_classes" in options:
+        _check_int(name, "num_classes", options["num_classes"], 2)
+    if "input_size" in options and not isinstance(options["input_size"], (list, tuple)):
+        _check_int(name, "input_size", options["input_size"], 1)
+    if "norm" in options and options["norm"] not in NORMS:
+        raise LmcError(f"unknown norm {options['norm']!r}: choose one of {', '.join(NORMS)}")
+    if "activation" in options and options["activation"] not in ACTIVATIONS:
+        raise LmcError(
+            f"unknown activation {options['activation']!r}: choose one of {', '.join(ACTIVATIONS)}"
+        )
+    if "bias" in options and not isinstance(options["bias"], bool):
+        raise LmcError(f"{name}: bias must be true or false, got {options['bias']!r}")
+
+
+def resolve_options(
+    name: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    input_shape: Sequence[int] | None = None,
+    num_classes: int | None = None,
+) -> dict[str, Any]:
+    """The complete, checked options of model ``name``: every default filled in, ``width``
+    typed, and the data-given options read from ``input_shape`` and ``num_classes`` (when
+    given and not already set). The one place a model's config is completed."""
+    entry = get_model(name)
+    given = dict(options or {})
+    resolved: dict[str, Any] = {**entry.options, **given}
+    resolved["width"] = entry.width_value(given.get("width", entry.default_width))
+    if input_shape is not None and num_classes is not None:
+        for key, value in entry.inputs(tuple(input_shape), num_classes).items():
+            resolved.setdefault(key, value)
+    check_options(name, resolved)
+    return resolved
+
+
+def has_input_options(name: str, options: Mapping[str, Any]) -> bool:
+    """Whether ``options`` already hold every data-given option of ``name``."""
+    return all(key in options for key in get_model(name).input_keys)
+
+
+def build(name: str, *, seed: int | None = None, **options: Any) -> nn.Module:
+    """Build zoo model ``name`` with ``options``; with ``seed``, initialise from that seed.
+
+    Raises ``LmcError`` for an unknown name, an unknown option or a value out of range. The
+    model carries ``lmc_spec = {"name": name, "options": options}`` (the options as given) so
+    the same architecture can be rebuilt.
+    """
+    entry = get_model(name)
+    check_options(name, options)
+    model = entry.factory(**options)
+    model.lmc_spec = {"name": name, "options": dict(options)}
+    if seed is not None:
+        initialize(model, seed)
+    return model
