@@ -33,9 +33,8 @@ from scipy.optimize import linear_sum_assignment
 
 import lmc.data
 import lmc.models
-from lmc.perm import spec_from_model, weight_matching
+from lmc.perm import SimilarityMatrices, spec_from_model, weight_matching
 from lmc.perm.ops import identity_permutation, matching_objective, permute_tensor
-from lmc.perm.weight_match import _build_terms, _Similarity
 from lmc.train import TrainSettings, fit
 
 
@@ -119,10 +118,9 @@ def solver_times(spec, sa, sb, perm):
     group = max(spec.group_sizes, key=spec.group_sizes.get)
     out = {}
     for label, p in (("identity", identity_permutation(spec)), ("optimum", perm)):
-        terms = _build_terms(spec, sa, sb)
-        sim = _Similarity(terms, spec.group_sizes, torch.device("cpu"))
+        sim = SimilarityMatrices(spec, sa, sb)
         sim.update(group, p)
-        s = sim.s[group].numpy().copy()
+        s = sim.matrix(group).cpu().numpy().copy()
         for sname, solve in solvers.items():
             t = time.perf_counter()
             solve(s)
@@ -173,27 +171,22 @@ def main() -> None:
             t = time.perf_counter()
             ref_perm, ref_passes = reference_weight_matching(spec, sa, sb, seed=args.seed)
             ref_s = min(ref_s, time.perf_counter() - t)
-            # long runs are timed with return_info (one more objective evaluation, O(params),
-            # negligible there); short ones without, and their info comes from untimed reruns
-            long = ref_s >= 10.0
+            # timings include the result's final objective evaluation (O(params), negligible
+            # against the matching itself)
             t = time.perf_counter()
-            out = weight_matching(spec, sa, sb, seed=args.seed, return_info=long)
+            info = weight_matching(spec, sa, sb, seed=args.seed)
             lmc_s = min(lmc_s, time.perf_counter() - t)
             t = time.perf_counter()
-            out0 = weight_matching(spec, sa, sb, seed=args.seed, tol=0.0, return_info=long)
+            info0 = weight_matching(spec, sa, sb, seed=args.seed, tol=0.0)
             lmc0_s = min(lmc0_s, time.perf_counter() - t)
-        if long:
-            (perm, info), (perm0, info0) = out, out0
-        else:
-            perm, info = weight_matching(spec, sa, sb, seed=args.seed, return_info=True)
-            perm0, info0 = weight_matching(spec, sa, sb, seed=args.seed, tol=0.0, return_info=True)
+        perm, perm0 = info.perm, info0.perm
         obj_id = matching_objective(spec, sa, sb)
         obj_ref = matching_objective(spec, sa, sb, ref_perm)
         obj_lmc = matching_objective(spec, sa, sb, perm)
         obj_lmc0 = matching_objective(spec, sa, sb, perm0)
         gain = max(obj_ref - obj_id, 1e-300)
         params = sum(v.numel() for v in sa.values())
-        passes = f"{ref_passes}/{info['passes']}/{info0['passes']}"
+        passes = f"{ref_passes}/{info.passes}/{info0.passes}"
         row = (
             f"{label:<15}{params:>9}{ref_s:>8.2f}{lmc_s:>8.2f}{ref_s / lmc_s:>7.1f}x"
             f"{lmc0_s:>8.2f}{ref_s / lmc0_s:>7.1f}x{passes:>10}{obj_id:>10.2f}{obj_ref:>10.2f}"
@@ -201,8 +194,8 @@ def main() -> None:
         )
         rows.append(row)
         print(
-            f"  trained {label} in {train_s:.0f}s; lmc solved {info['assignments']} "
-            f"assignments ({info0['assignments']} with tol=0)",
+            f"  trained {label} in {train_s:.0f}s; lmc solved {info.assignments} "
+            f"assignments ({info0.assignments} with tol=0)",
             flush=True,
         )
         print(header if len(rows) == 1 else "", row, sep="\n" if len(rows) == 1 else "", flush=True)

@@ -174,7 +174,7 @@ def test_permuted_copy_aligned_by_lmc_perm_weight_matching(digits, trained_mlp):
     b.load_state_dict(permuted)
     x = digits.x_test
     spec = perm.spec_from_model(a, x[:2])
-    found = perm.weight_matching(spec, a.state_dict(), b.state_dict(), seed=0)
+    found = perm.weight_matching(spec, a.state_dict(), b.state_dict(), seed=0).perm
     aligned = perm.apply_permutation(spec, found, b.state_dict())
     result = analyze(a, b, x, lam=0.5, state_b=aligned)
     for r in result.records:

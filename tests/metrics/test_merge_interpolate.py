@@ -69,7 +69,7 @@ def test_lerp_stack_matches_lerp():
 def test_mismatches_name_the_first_entry():
     a, b = random_state(0), random_state(1)
     b["w"] = torch.zeros(5, 3)
-    with pytest.raises(LmcError, match=r"'w' has shape \(4, 3\) in A and \(5, 3\) in B"):
+    with pytest.raises(LmcError, match=r"'w' has shape \(4, 3\) in A but \(5, 3\) in B"):
         lerp(a, b, 0.5)
     b = random_state(1)
     del b["b"]
@@ -133,15 +133,20 @@ def permute_hidden(model, seed):
 def test_merge_many_calls_weight_matching_on_the_reference(monkeypatch, mlp_pair):
     """Exercise the alignment path with a stand-in lmc.perm (the real one is tested below)."""
     a, b = mlp_pair
-    calls = []
+    calls, applied = [], []
     fake = types.ModuleType("lmc.perm")
     fake.spec_from_model = lambda model, x: ("spec", tuple(x.shape))
-    fake.weight_matching = lambda spec, sa, sb, seed=0: calls.append((spec, seed)) or {"p": 1}
-    fake.apply_permutation = lambda spec, perm, sd: {k: torch.zeros_like(v) for k, v in sd.items()}
+    fake.weight_matching = lambda spec, sa, sb, seed=0: types.SimpleNamespace(
+        perm=calls.append((spec, seed)) or {"p": 1}
+    )
+    fake.apply_permutation = lambda spec, perm, sd: (
+        applied.append(perm) or {k: torch.zeros_like(v) for k, v in sd.items()}
+    )
     monkeypatch.setitem(sys.modules, "lmc.perm", fake)
     monkeypatch.setattr(lmc, "perm", fake, raising=False)
     out = merge_many([a, b, b], align="weight", example_input=torch.zeros(2, 64), seed=4)
     assert calls == [(("spec", (2, 64)), 4)] * 2
+    assert applied == [{"p": 1}] * 2  # the result's .perm is what gets applied
     assert torch.allclose(out["fc1.weight"], a.fc1.weight / 3, atol=1e-6)
     with pytest.raises(LmcError, match="spec"):
         merge_many([a.state_dict(), b.state_dict()], align="weight")

@@ -142,7 +142,7 @@ def test_align_errors_are_one_line(runs, capsys, tmp_path):
     message = _error(capsys, ["align", str(a), str(tmp_path / "missing"), "--runs-dir", str(root)])
     assert "missing" in message and "not a run folder" in message
     message = _error(capsys, ["align", str(a), str(wide), "--runs-dir", str(root)])
-    assert "fc1.weight" in message and "[16, 64]" in message and "[20, 64]" in message
+    assert "fc1.weight" in message and "(16, 64)" in message and "(20, 64)" in message
     message = _error(capsys, ["align", str(a), str(b), "--method", "magic"])
     assert "magic" in message and "weight" in message
     message = _error(

@@ -8,6 +8,8 @@ import torch
 from lmc.config import LmcError
 from lmc.models import build
 from lmc.perm import (
+    ActivationMatchingResult,
+    SteMatchingResult,
     activation_matching,
     align,
     apply_permutation,
@@ -15,6 +17,8 @@ from lmc.perm import (
     matching_objective,
     random_permutation,
     spec_from_model,
+    ste_matching,
+    weight_matching,
 )
 from lmc.perm.activation_match import CrossStats
 from lmc.train import TrainSettings, evaluate, fit
@@ -81,6 +85,26 @@ def test_ste_is_seeded(trained, digits):
     assert r1.info["ste_train_losses"] == r2.info["ste_train_losses"]
 
 
+def test_ste_matching_returns_its_result_and_restores_modes(trained, digits):
+    a, b = trained
+    x, y = digits.x_train[:300], digits.y_train[:300]
+    spec = spec_from_model(a, x[:2])
+    a.train()
+    try:
+        result = ste_matching(spec, a, b, x, y, steps=3, seed=1, holdout=60)
+        assert all(m.training for m in a.modules())  # restored (the MLP ran in eval mode)
+    finally:
+        a.eval()
+    assert isinstance(result, SteMatchingResult)
+    assert len(result.train_losses) == result.steps == 3
+    assert result.holdout == 60 and not result.train_mode
+    assert 1 <= result.candidates <= 5 and 0 <= result.best_step <= 4
+    assert result.best_loss <= result.initial_loss
+    if result.best_step == 0:  # step 0's candidate is weight matching's answer
+        wm = weight_matching(spec, a.state_dict(), b.state_dict(), seed=1).perm
+        assert all(torch.equal(result.perm[g], wm[g]) for g in wm)
+
+
 @pytest.mark.parametrize(
     "name,options",
     [
@@ -95,10 +119,17 @@ def test_activation_matching_recovers_a_known_permutation(name, options, digits)
     pi = random_permutation(spec, 2)
     b = build(name, **options).eval()
     b.load_state_dict(apply_permutation(spec, pi, a.state_dict()))
-    perm = activation_matching(spec, a, b, digits.x_train[:128], batch_size=64)
+    b.train()  # matching runs both in eval mode and restores every flag
+    result = activation_matching(spec, a, b, digits.x_train[:128], batch_size=64)
+    assert isinstance(result, ActivationMatchingResult)
+    assert b.training and all(m.training for m in b.modules())
+    assert not any(m.training for m in a.modules())
+    assert result.examples == 128
+    assert set(result.points) == set(spec.group_sizes)
+    assert all(result.points[g] for g in spec.group_sizes)
     expected = invert_permutation(pi)
     for g in spec.group_sizes:
-        assert torch.equal(perm[g], expected[g]), g
+        assert torch.equal(result.perm[g], expected[g]), g
 
 
 def test_dead_units_give_no_nan():
@@ -136,9 +167,11 @@ def test_align_errors(digits):
     wider = build("mlp", seed=2, input_size=64, width=20, depth=2)
     deeper = build("mlp", seed=2, input_size=64, width=16, depth=3)
     x = digits.x_train[:4]
-    with pytest.raises(LmcError, match="'fc1.weight' has shape"):
+    with pytest.raises(
+        LmcError, match=r"option 'width' is 16 in A but 20 in B \('fc1.weight' has shape"
+    ):
         align("weight", a, wider, inputs=x)
-    with pytest.raises(LmcError, match="model A has no tensor 'fc3.weight'"):
+    with pytest.raises(LmcError, match="'fc3.weight' is in B but not in A"):
         align("weight", a, deeper, inputs=x)
     with pytest.raises(LmcError, match="unknown alignment method"):
         align("magic", a, a, inputs=x)

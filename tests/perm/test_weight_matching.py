@@ -9,6 +9,8 @@ from lmc.config import LmcError
 from lmc.models import build
 from lmc.perm import (
     PermutationSpec,
+    SimilarityMatrices,
+    WeightMatchingResult,
     apply_permutation,
     compose_permutations,
     identity_permutation,
@@ -19,7 +21,6 @@ from lmc.perm import (
     spec_from_model,
     weight_matching,
 )
-from lmc.perm.weight_match import _build_terms, _Similarity
 
 
 def _mlp_spec():
@@ -113,14 +114,14 @@ def test_incremental_similarity_equals_a_fresh_one(fraction):
             idx = torch.nonzero(~keep).squeeze(1)
             second[g] = first[g].clone()
             second[g][idx] = first[g][idx][torch.randperm(idx.numel(), generator=gen)]
-    inc = _Similarity(_build_terms(spec, state_a, state_b), spec.group_sizes, "cpu")
-    fresh = _Similarity(_build_terms(spec, state_a, state_b), spec.group_sizes, "cpu")
+    inc = SimilarityMatrices(spec, state_a, state_b)
+    fresh = SimilarityMatrices(spec, state_a, state_b)
     for g in spec.group_sizes:
         inc.update(g, first)
     for g in spec.group_sizes:
         inc.update(g, second)
         fresh.update(g, second)
-        assert torch.allclose(inc.s[g], fresh.s[g], rtol=1e-5, atol=1e-5)
+        assert torch.allclose(inc.matrix(g), fresh.matrix(g), rtol=1e-5, atol=1e-5)
 
 
 CASES = [
@@ -140,7 +141,9 @@ def test_weight_matching_recovers_a_known_permutation(name, options, shape):
     state_a = model.state_dict()
     pi = random_permutation(spec, 3)
     state_b = apply_permutation(spec, pi, state_a)  # B = pi(A)
-    perm, info = weight_matching(spec, state_a, state_b, seed=0, return_info=True)
+    info = weight_matching(spec, state_a, state_b, seed=0)
+    assert isinstance(info, WeightMatchingResult)
+    perm = info.perm
     expected = invert_permutation(pi)
     for g in spec.group_sizes:
         assert torch.equal(perm[g], expected[g]), g
@@ -149,12 +152,14 @@ def test_weight_matching_recovers_a_known_permutation(name, options, shape):
         assert torch.equal(recovered[k], v), k
         if v.is_floating_point():
             assert torch.equal((v + recovered[k]) / 2, v)  # the merged midpoint is A
-    assert info["passes"] <= 5
-    assert info["objective_after"] == pytest.approx(
+    assert info.passes <= 5
+    assert info.converged
+    assert info.objective_after == pytest.approx(
         matching_objective(spec, state_a, state_a), rel=1e-12
     )
-    assert info["objective_per_pass"][-1] == pytest.approx(info["objective_after"], rel=1e-6)
-    assert info["objective_before"] < info["objective_per_pass"][-1]
+    assert info.objective_per_pass[-1] == pytest.approx(info.objective_after, rel=1e-6)
+    assert info.objective_before < info.objective_per_pass[-1]
+    assert info.objective_init == info.objective_before  # no init_perm: starts at the identity
 
 
 def test_weight_matching_recovers_through_cat_and_flatten(extra_models):
@@ -163,7 +168,7 @@ def test_weight_matching_recovers_through_cat_and_flatten(extra_models):
     state_a = model.state_dict()
     pi = random_permutation(spec, 9)
     state_b = apply_permutation(spec, pi, state_a)
-    perm = weight_matching(spec, state_a, state_b)
+    perm = weight_matching(spec, state_a, state_b).perm
     recovered = apply_permutation(spec, perm, state_b)
     for k, v in state_a.items():
         assert torch.equal(recovered[k], v), k
@@ -175,23 +180,30 @@ def test_weight_matching_is_deterministic_and_improves():
     b = build("resnet20", seed=2, **options)
     spec = spec_from_model(a, torch.zeros(2, 1, 8, 8))
     sa, sb = a.state_dict(), b.state_dict()
-    p1, info = weight_matching(spec, sa, sb, seed=4, return_info=True)
-    p2 = weight_matching(spec, sa, sb, seed=4)
+    info = weight_matching(spec, sa, sb, seed=4)
+    p1, p2 = info.perm, weight_matching(spec, sa, sb, seed=4).perm
     assert all(torch.equal(p1[g], p2[g]) for g in p1)
-    per_pass = info["objective_per_pass"]
+    per_pass = info.objective_per_pass
+    assert len(per_pass) == info.passes
     assert all(x <= y + 1e-9 for x, y in zip(per_pass, per_pass[1:]))
-    assert per_pass[-1] > info["objective_before"]
-    assert per_pass[-1] == pytest.approx(info["objective_after"], rel=1e-6)  # tracked ~ exact
-    assert info["converged"]
+    assert per_pass[-1] > info.objective_before
+    assert per_pass[-1] == pytest.approx(info.objective_after, rel=1e-6)  # tracked ~ exact
+    assert info.converged
+    assert info.assignments >= len(spec.group_sizes)  # every group solved at least once
     # tol=0 follows the same steps and goes on until a pass changes nothing
-    _, full = weight_matching(spec, sa, sb, seed=4, tol=0.0, return_info=True)
-    assert full["passes"] >= info["passes"]
-    assert full["objective_per_pass"][: info["passes"]] == pytest.approx(per_pass, rel=1e-12)
-    assert full["objective_after"] >= info["objective_after"] - 1e-9
+    full = weight_matching(spec, sa, sb, seed=4, tol=0.0)
+    assert full.passes >= info.passes
+    assert full.objective_per_pass[: info.passes] == pytest.approx(per_pass, rel=1e-12)
+    assert full.objective_after >= info.objective_after - 1e-9
     # coordinate-wise optimal: no single group's assignment can raise the objective
-    again = weight_matching(spec, sa, sb, seed=5, init_perm=p1, return_info=True)[1]
-    assert again["passes"] == 1
-    assert again["objective_after"] == pytest.approx(info["objective_after"], rel=1e-12)
+    again = weight_matching(spec, sa, sb, seed=5, init_perm=p1)
+    assert again.passes == 1
+    assert again.objective_after == pytest.approx(info.objective_after, rel=1e-12)
+    assert again.objective_init == pytest.approx(info.objective_after, rel=1e-12)
+    assert again.objective_before == pytest.approx(info.objective_before, rel=1e-12)
+    # a result is not a permutation: passing one where a permutation goes says so
+    with pytest.raises(LmcError, match=r"WeightMatchingResult.*\.perm"):
+        apply_permutation(spec, info, sb)
 
 
 def test_weight_matching_refuses_mismatched_states():

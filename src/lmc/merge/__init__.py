@@ -1,13 +1,17 @@
 """Merging models: interpolation of whole state dicts, N-model averages, BatchNorm fixes.
 
-Path convention (SCIENCE.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A.
+Path convention (docs/science.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A.
 
 - :func:`lerp`, :func:`lerp_into`, :func:`lerp_stack`, :func:`average`: state-dict arithmetic
-  (floating entries interpolated, integer buffers from the first model; names/shapes checked).
+  (floating entries interpolated, integer buffers from the first model; names/shapes checked
+  by :func:`lmc.models.compare.check_same_architecture`, re-exported here under its old name
+  ``check_compatible``).
 - :func:`merge_many`: N models, optionally aligned to a reference by weight matching.
 - :func:`reset_batchnorm`, :func:`repair`, :func:`has_batchnorm`, :func:`resolve_bn_mode`:
   what to do with BatchNorm after interpolation (``bn_mode`` in auto/reset/repair/none).
 """
+
+from lmc.models.compare import check_same_architecture as check_compatible  # its old name
 
 from .batchnorm import (
     BN_MODES,
@@ -18,7 +22,7 @@ from .batchnorm import (
     reset_batchnorm,
     resolve_bn_mode,
 )
-from .interpolate import StateDict, average, check_compatible, lerp, lerp_into, lerp_stack
+from .interpolate import StateDict, average, lerp, lerp_into, lerp_stack
 from .many import merge_many
 from .merge_fn import bn_aware_merge
 

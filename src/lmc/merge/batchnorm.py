@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError, progress
+from lmc.models import eval_mode, module_device
 
 BN_MODES = ("auto", "reset", "repair", "none")
 _BatchNorm = nn.modules.batchnorm._BatchNorm
@@ -63,12 +64,6 @@ def resolve_bn_mode(model: nn.Module, mode: str) -> str:
             "use --bn none (nothing to repair after LayerNorm or without norm)"
         )
     return mode
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    for t in list(model.parameters()) + list(model.buffers()):
-        return t.device
-    return torch.device("cpu")
 
 
 def _input_batches(
@@ -113,7 +108,7 @@ def _run_batches(
     desc: str,
 ) -> None:
     """Forward every batch of ``inputs`` through ``model`` (outputs discarded)."""
-    device = _device_of(model)
+    device = module_device(model)
     for idx in progress(index_batches, quiet=quiet, desc=desc):
         model(inputs[idx.to(inputs.device)].to(device, non_blocking=True))
 
@@ -144,20 +139,17 @@ def reset_batchnorm(
     if not bns:
         return model
     batches = _input_batches(inputs, batch_size, num_batches, seed, generator)
-    modes = {m: m.training for m in model.modules()}
     momenta = {m: m.momentum for _, m in bns}
-    try:
-        model.eval()
-        for _, m in bns:
-            m.reset_running_stats()
-            m.momentum = None
-            m.train()
-        _run_batches(model, inputs, batches, quiet, "BatchNorm reset")
-    finally:
-        for m, training in modes.items():
-            m.training = training
-        for m, momentum in momenta.items():
-            m.momentum = momentum
+    with eval_mode(model):
+        try:
+            for _, m in bns:
+                m.reset_running_stats()
+                m.momentum = None
+                m.train()
+            _run_batches(model, inputs, batches, quiet, "BatchNorm reset")
+        finally:
+            for m, momentum in momenta.items():
+                m.momentum = momentum
     return model
 
 
@@ -192,16 +184,13 @@ def batchnorm_output_stats(
 
         return hook
 
-    was_training = {m: m.training for m in model.modules()}
     handles = [m.register_forward_hook(hook_for(name)) for name, m in bns]
     try:
-        model.eval()
-        _run_batches(model, inputs, batches, quiet, "BatchNorm statistics")
+        with eval_mode(model):
+            _run_batches(model, inputs, batches, quiet, "BatchNorm statistics")
     finally:
         for h in handles:
             h.remove()
-        for m, training in was_training.items():
-            m.training = training
     stats = {}
     for name, (count, s1, s2) in sums.items():
         mean = s1 / count

@@ -1,9 +1,10 @@
 """Interpolating and averaging whole state dicts.
 
-Convention (SCIENCE.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B, so ``lam = 0`` is A
+Convention (docs/science.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B, so ``lam = 0`` is A
 and ``lam = 1`` is B. Every floating-point entry of the state dict (parameters *and* floating
 buffers such as BatchNorm running statistics) is interpolated; integer entries
-(``num_batches_tracked``) are taken from A. The result has A's dtypes and devices.
+(``num_batches_tracked``) are taken from A. The result has A's dtypes and devices. Every
+function first checks the two states with :func:`lmc.models.compare.check_same_architecture`.
 """
 
 from __future__ import annotations
@@ -15,46 +16,11 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError
+from lmc.models.compare import check_same_architecture
 
 StateDict = dict[str, torch.Tensor]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def _shape(t: torch.Tensor) -> str:
-    return "(" + ", ".join(str(d) for d in t.shape) + ")"
-
-
-def check_compatible(
-    state_a: Mapping[str, torch.Tensor],
-    state_b: Mapping[str, torch.Tensor],
-    names: tuple[str, str] = ("A", "B"),
-) -> None:
-    """Raise ``LmcError`` naming the first difference in entry names or shapes (in A's order)."""
-    na, nb = names
-    for key, ta in state_a.items():
-        if key not in state_b:
-            raise LmcError(
-                f"models differ: {key!r} is in {na} but not in {nb}; "
-                "interpolate models of one architecture"
-            )
-        tb = state_b[key]
-        if tuple(ta.shape) != tuple(tb.shape):
-            raise LmcError(
-                f"models differ: {key!r} has shape {_shape(ta)} in {na} and {_shape(tb)} in {nb}; "
-                "interpolate models of one architecture"
-            )
-        if ta.is_floating_point() != tb.is_floating_point():
-            raise LmcError(
-                f"models differ: {key!r} is {ta.dtype} in {na} and {tb.dtype} in {nb}; "
-                "interpolate models of one architecture"
-            )
-    for key in state_b:
-        if key not in state_a:
-            raise LmcError(
-                f"models differ: {key!r} is in {nb} but not in {na}; "
-                "interpolate models of one architecture"
-            )
 
 
 def _check_lambda(lam: float) -> float:
@@ -92,7 +58,7 @@ def lerp(
     The inputs are not modified; the output never shares storage with them.
     """
     lam = _check_lambda(lam)
-    check_compatible(state_a, state_b)
+    check_same_architecture(state_a, state_b, purpose="interpolation")
     out: StateDict = {}
     for key, a in state_a.items():
         b = state_b[key]
@@ -119,9 +85,11 @@ def lerp_into(
     have the same names and shapes.
     """
     lam = _check_lambda(lam)
-    check_compatible(state_a, state_b)
+    check_same_architecture(state_a, state_b, purpose="interpolation")
     target = dest.state_dict(keep_vars=True) if isinstance(dest, nn.Module) else dest
-    check_compatible(state_a, target, names=("A", "the destination"))
+    check_same_architecture(
+        state_a, target, names=("A", "the destination"), purpose="interpolation"
+    )
     for key, a in state_a.items():
         d = target[key].data if isinstance(target[key], nn.Parameter) else target[key]
         a = a.detach().to(d.device)
@@ -150,7 +118,7 @@ def lerp_stack(
     points of a path in one batched forward (``torch.func.functional_call`` + ``torch.vmap``).
     """
     lams = [_check_lambda(v) for v in lambdas]
-    check_compatible(state_a, state_b)
+    check_same_architecture(state_a, state_b, purpose="interpolation")
     out: StateDict = {}
     for key, a in state_a.items():
         a = a.detach()
@@ -193,7 +161,7 @@ def average(
         raise LmcError(f"average weights must be finite, >= 0 and not all 0, got {weights}")
     first = states[0]
     for i, other in enumerate(states[1:], start=1):
-        check_compatible(first, other, names=("model 0", f"model {i}"))
+        check_same_architecture(first, other, names=("model 0", f"model {i}"), purpose="averaging")
     total = sum(weights)
     out: StateDict = {}
     for key, t0 in first.items():

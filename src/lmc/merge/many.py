@@ -40,7 +40,7 @@ def merge_many(
         models_or_states: ``nn.Module`` objects or state dicts (mixed is fine).
         align: ``None``/``"none"``: plain (weighted) averaging. ``"weight"``: every model other
             than the reference is permuted onto the reference by
-            ``lmc.perm.weight_matching(spec, state_ref, state_i, seed)`` and
+            ``lmc.perm.weight_matching(spec, state_ref, state_i, seed).perm`` and
             ``lmc.perm.apply_permutation`` before averaging (Git Re-Basin's merge-many, anchored
             on one model rather than iterated).
         reference: index of the reference model (kept as it is; the others move to it).
@@ -83,8 +83,8 @@ def merge_many(
         for i, state in enumerate(states):
             if i == reference:
                 continue
-            perm = lmc_perm.weight_matching(spec, ref_state, state, seed=seed)
-            states[i] = lmc_perm.apply_permutation(spec, perm, state)
+            result = lmc_perm.weight_matching(spec, ref_state, state, seed=seed)
+            states[i] = lmc_perm.apply_permutation(spec, result.perm, state)
     # Average with the reference first so that integer buffers and dtypes come from it.
     order = [reference] + [i for i in range(len(states)) if i != reference]
     w = None if weights is None else [float(weights[i]) for i in order]

@@ -5,15 +5,24 @@ unit ``i`` = old unit ``p[i]`` (``W -> W[p][:, p_prev]``, i.e. ``P W P_prevᵀ``
 functions return the permutation to apply to model B so that its units line up with A's.
 
 >>> spec = spec_from_model(model, x[:2])            # torch.fx trace + union-find of channels
->>> perm = weight_matching(spec, model_a.state_dict(), model_b.state_dict(), seed=0)
->>> aligned_b = apply_permutation(spec, perm, model_b.state_dict())
+>>> result = weight_matching(spec, model_a.state_dict(), model_b.state_dict(), seed=0)
+>>> aligned_b = apply_permutation(spec, result.perm, model_b.state_dict())
 >>> result = align("weight", model_a, model_b, inputs=x)   # all of the above, with info
+
+Every matching function (``weight_matching``, ``activation_matching``, ``ste_matching``)
+returns one result type, a frozen dataclass derived from :class:`MatchResult`: the
+permutation is its ``perm`` field, next to the method's own typed fields (objectives, passes,
+losses). ``check_same_architecture`` is :func:`lmc.models.compare.check_same_architecture`,
+re-exported here under its old home.
 """
 
-from .activation_match import activation_matching
-from .alignment import METHODS, AlignResult, align, check_same_architecture
+from lmc.models.compare import check_same_architecture
+
+from .activation_match import ActivationMatchingResult, activation_matching
+from .alignment import METHODS, AlignResult, align
 from .lap import linear_assignment
 from .ops import (
+    MatchResult,
     apply_permutation,
     check_permutation,
     compose_permutations,
@@ -24,16 +33,21 @@ from .ops import (
     random_permutation,
 )
 from .spec import PermutationSpec, Segment, axis_index
-from .ste import ste_matching
+from .ste import SteMatchingResult, ste_matching
 from .trace import TraceResult, spec_from_model, trace_model
-from .weight_match import weight_matching
+from .weight_match import SimilarityMatrices, WeightMatchingResult, weight_matching
 
 __all__ = [
     "METHODS",
+    "ActivationMatchingResult",
     "AlignResult",
+    "MatchResult",
     "PermutationSpec",
     "Segment",
+    "SimilarityMatrices",
+    "SteMatchingResult",
     "TraceResult",
+    "WeightMatchingResult",
     "activation_matching",
     "align",
     "apply_permutation",

@@ -22,19 +22,34 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import fx, nn
 
 from lmc.config import LmcError, progress
+from lmc.models import eval_mode, module_device
 
 from .lap import linear_assignment
-from .ops import Perm, identity_permutation
+from .ops import MatchResult, identity_permutation
 from .spec import PermutationSpec
 from .trace import trace_model
 
 METHODS = ("correlation", "covariance")
+
+
+@dataclass(frozen=True, eq=False)
+class ActivationMatchingResult(MatchResult):
+    """What :func:`activation_matching` returns.
+
+    ``perm``: group -> int64 index tensor for B; ``examples``: how many examples the
+    statistics were computed on; ``points``: per group, the names of the traced graph nodes
+    whose values were read as its features (empty for a group left as the identity).
+    """
+
+    examples: int
+    points: dict[str, tuple[str, ...]]
 
 
 class CrossStats:
@@ -150,17 +165,16 @@ def activation_matching(
     batch_size: int = 256,
     method: str = "correlation",
     quiet: bool = True,
-    return_info: bool = False,
-) -> Perm | tuple[Perm, dict[str, Any]]:
+) -> ActivationMatchingResult:
     """Match B's units to A's by the statistics of their features on ``inputs``.
 
     ``inputs``: a tensor of examples (batched here by ``batch_size``) or an iterable of
     batches (tensors or ``(x, y)`` pairs). Both models run in eval mode (restored afterwards)
     on the device of ``model_a``'s parameters. For every group one assignment maximises
     ``Σ_i M[i, p[i]]`` with ``M`` the cross-correlation (or cross-covariance) of A's and B's
-    units, so ``apply_permutation(spec, perm, state_b)`` puts B's units in A's order.
-    With ``return_info=True`` returns ``(perm, info)`` with ``examples`` and the hook
-    ``points`` per group.
+    units, so ``apply_permutation(spec, result.perm, state_b)`` puts B's units in A's order.
+    Returns an :class:`ActivationMatchingResult` (also the number of ``examples`` and the
+    hook ``points`` per group).
     """
     if method not in METHODS:
         raise LmcError(
@@ -168,7 +182,7 @@ def activation_matching(
         )
     if batch_size < 1:
         raise LmcError(f"batch size must be positive, got {batch_size}")
-    device = next((p.device for p in model_a.parameters()), torch.device("cpu"))
+    device = module_device(model_a)
     example = _first_rows(inputs).to(device)
     points = hook_points(spec, model_a, example)
     nodes = sorted({p[0] for pts in points.values() for p in pts})
@@ -182,32 +196,26 @@ def activation_matching(
         )
     sizes = spec.group_sizes
     stats = {g: CrossStats(sizes[g], device) for g, pts in points.items() if pts}
-    modes = {m: m.training for m in (*model_a.modules(), *model_b.modules())}
     examples = 0
-    try:
-        cap_a, cap_b = _capture_module(model_a, nodes), _capture_module(model_b, nodes)
-        model_a.eval()
-        model_b.eval()
-        with torch.no_grad():
-            for x in progress(
-                _batches(inputs, batch_size, device), quiet=quiet, desc="activation statistics"
-            ):
-                examples += x.shape[0]
-                values_a = cap_a(x)
-                values_b = cap_b(x)
-                for g, acc in stats.items():
-                    for node, dim, offset, size, repeat in points[g]:
-                        acc.update(
-                            _features(values_a[node], dim, offset, size, repeat),
-                            _features(values_b[node], dim, offset, size, repeat),
-                        )
-                del values_a, values_b
-    finally:
-        for m, mode in modes.items():
-            m.training = mode
+    cap_a, cap_b = _capture_module(model_a, nodes), _capture_module(model_b, nodes)
+    with eval_mode(model_a, model_b), torch.no_grad():
+        for x in progress(
+            _batches(inputs, batch_size, device), quiet=quiet, desc="activation statistics"
+        ):
+            examples += x.shape[0]
+            values_a = cap_a(x)
+            values_b = cap_b(x)
+            for g, acc in stats.items():
+                for node, dim, offset, size, repeat in points[g]:
+                    acc.update(
+                        _features(values_a[node], dim, offset, size, repeat),
+                        _features(values_b[node], dim, offset, size, repeat),
+                    )
+            del values_a, values_b
     for g, acc in stats.items():
         perm[g] = linear_assignment(acc.finalize(method))
-    if not return_info:
-        return perm
-    info = {"examples": examples, "points": {g: [p[0] for p in pts] for g, pts in points.items()}}
-    return perm, info
+    return ActivationMatchingResult(
+        perm=perm,
+        examples=examples,
+        points={g: tuple(p[0] for p in pts) for g, pts in points.items()},
+    )

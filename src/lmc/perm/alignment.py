@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 from torch import nn
 
 from lmc.config import LmcError
+from lmc.models import module_device
+from lmc.models.compare import check_same_architecture
 
 from .activation_match import activation_matching
 from .ops import (
@@ -63,29 +64,6 @@ class AlignResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def check_same_architecture(
-    state_a: Mapping[str, torch.Tensor], state_b: Mapping[str, torch.Tensor]
-) -> None:
-    """``LmcError`` naming the first tensor whose name or shape differs between A and B."""
-    for name, tensor in state_a.items():
-        if name not in state_b:
-            raise LmcError(
-                f"models differ: model B has no tensor {name!r}; align two models of "
-                "one architecture"
-            )
-        if tuple(tensor.shape) != tuple(state_b[name].shape):
-            raise LmcError(
-                f"models differ: {name!r} has shape {list(tensor.shape)} in A but "
-                f"{list(state_b[name].shape)} in B; align two models of one architecture"
-            )
-    extra = [name for name in state_b if name not in state_a]
-    if extra:
-        raise LmcError(
-            f"models differ: model A has no tensor {extra[0]!r}; align two models of "
-            "one architecture"
-        )
-
-
 def _settings(method: str, given: dict[str, Any]) -> dict[str, Any]:
     allowed = SETTINGS[method]
     unknown = [k for k in given if k not in allowed]
@@ -116,41 +94,42 @@ def align(
     (the identity). ``inputs``: training inputs; their first two rows are the example input
     for deriving the spec from ``model_a`` (unless ``spec`` is given). Neither model is
     modified. Models of different architectures raise ``LmcError`` naming the first
-    mismatching tensor.
+    difference (:func:`lmc.models.compare.check_same_architecture`: a zoo option, a tensor's
+    name or shape, a submodule's type).
     """
     if method not in METHODS:
         raise LmcError(f"unknown alignment method {method!r}: choose one of {', '.join(METHODS)}")
     options = _settings(method, settings)
+    check_same_architecture(model_a, model_b, purpose="alignment")
     state_a = model_a.state_dict()
     state_b = model_b.state_dict()
-    check_same_architecture(state_a, state_b)
     if not isinstance(inputs, torch.Tensor) or inputs.shape[0] < 1:
         raise LmcError("align needs a non-empty tensor of inputs (the example input for tracing)")
-    device = next((p.device for p in model_a.parameters()), torch.device("cpu"))
+    device = module_device(model_a)
     start = time.perf_counter()
     if spec is None:
         spec = spec_from_model(model_a, inputs[:2].to(device))
     extras: dict[str, Any] = {}
     if method == "weight":
-        perm, wm_info = weight_matching(
+        wm = weight_matching(
             spec,
             state_a,
             state_b,
             seed=seed,
             max_iter=options["max_iter"],
             tol=options["tol"],
-            return_info=True,
             quiet=quiet,
         )
+        perm = wm.perm
         extras.update(
-            passes=wm_info["passes"],
-            assignments=wm_info["assignments"],
-            converged=wm_info["converged"],
-            objective_per_pass=wm_info["objective_per_pass"],
+            passes=wm.passes,
+            assignments=wm.assignments,
+            converged=wm.converged,
+            objective_per_pass=list(wm.objective_per_pass),
         )
     elif method == "activation":
         data = inputs if options["max_examples"] is None else inputs[: options["max_examples"]]
-        perm, act_info = activation_matching(
+        am = activation_matching(
             spec,
             model_a,
             model_b,
@@ -158,13 +137,13 @@ def align(
             batch_size=options["batch_size"],
             method=options["statistic"],
             quiet=quiet,
-            return_info=True,
         )
-        extras.update(examples=act_info["examples"])
+        perm = am.perm
+        extras.update(examples=am.examples)
     elif method == "ste":
         if labels is None:
             raise LmcError("method 'ste' needs labels: it minimises the midpoint's training loss")
-        perm, ste_info = ste_matching(
+        ste = ste_matching(
             spec,
             model_a,
             model_b,
@@ -178,10 +157,12 @@ def align(
             max_iter=options["max_iter"],
             tol=options["tol"],
             quiet=quiet,
-            return_info=True,
         )
-        extras.update({f"ste_{k}": v for k, v in ste_info.items() if k != "train_losses"})
-        extras["ste_train_losses"] = ste_info["train_losses"]
+        perm = ste.perm
+        for f in fields(ste):
+            if f.name != "perm":
+                value = getattr(ste, f.name)
+                extras[f"ste_{f.name}"] = list(value) if isinstance(value, tuple) else value
     elif method == "random":
         perm = random_permutation(spec, seed)
     else:
@@ -202,4 +183,4 @@ def align(
     return AlignResult(perm=perm, state_dict=state, spec=spec, info=info)
 
 
-__all__ = ["METHODS", "SETTINGS", "AlignResult", "Perm", "align", "check_same_architecture"]
+__all__ = ["METHODS", "SETTINGS", "AlignResult", "Perm", "align"]

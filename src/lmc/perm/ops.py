@@ -10,6 +10,7 @@ permutation matrix ``P[i, p[i]] = 1``. A bias becomes ``b[p]``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
@@ -18,6 +19,27 @@ from lmc.config import LmcError
 from .spec import PermutationSpec, axis_index
 
 Perm = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True, eq=False)
+class MatchResult:
+    """What every matching function returns: at least ``perm``, the permutation for B.
+
+    ``perm``: group -> int64 index tensor such that ``apply_permutation(spec, result.perm,
+    state_b)`` has B's units in A's order. Each method's result (``WeightMatchingResult``,
+    ``ActivationMatchingResult``, ``SteMatchingResult``) adds its own typed fields. A result is
+    not a permutation: pass ``result.perm`` where one is expected. Results are frozen and
+    compared by identity (their fields hold tensors).
+    """
+
+    perm: Perm
+
+
+def _refuse_result(perm: object) -> None:
+    if isinstance(perm, MatchResult):
+        raise LmcError(
+            f"got a {type(perm).__name__} where a permutation was expected: pass its .perm"
+        )
 
 
 def identity_permutation(spec: PermutationSpec) -> Perm:
@@ -37,6 +59,7 @@ def random_permutation(spec: PermutationSpec, seed: int) -> Perm:
 
 def check_permutation(spec: PermutationSpec, perm: Mapping[str, torch.Tensor]) -> None:
     """``LmcError`` unless ``perm`` holds one valid permutation of the right size per group."""
+    _refuse_result(perm)
     sizes = spec.group_sizes
     missing = [g for g in sizes if g not in perm]
     if missing:
@@ -141,6 +164,7 @@ def matching_objective(
     The sum runs over every tensor of the spec with at least one permuted axis (weights,
     biases, norm parameters and running statistics); ``perm=None`` is the identity.
     """
+    _refuse_result(perm)
     total = 0.0
     for name in spec.permuted_names:
         if name not in state_a or name not in state_b:

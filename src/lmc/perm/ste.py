@@ -21,7 +21,7 @@ the result is never worse than weight matching on that criterion.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,10 +29,33 @@ from torch import nn
 from torch.func import functional_call
 
 from lmc.config import LmcError, progress
+from lmc.models import module_device, preserved_modes
 
-from .ops import Perm, apply_permutation
+from .ops import MatchResult, Perm, apply_permutation
 from .spec import PermutationSpec
 from .weight_match import weight_matching
+
+
+@dataclass(frozen=True, eq=False)
+class SteMatchingResult(MatchResult):
+    """What :func:`ste_matching` returns.
+
+    ``perm``: the best permutation for B (lowest held-out midpoint loss); ``initial_loss``:
+    the held-out midpoint loss at weight matching's permutation (step 0); ``best_loss`` and
+    ``best_step``: the loss at ``perm`` and the step that found it (0: weight matching's);
+    ``train_losses``: the midpoint's training loss at every step; ``candidates``: distinct
+    permutations judged; ``holdout``: held-out examples; ``steps``: Adam steps taken;
+    ``train_mode``: whether the midpoint ran in train mode (a model with BatchNorm).
+    """
+
+    initial_loss: float
+    best_loss: float
+    best_step: int
+    train_losses: tuple[float, ...]
+    candidates: int
+    holdout: int
+    steps: int
+    train_mode: bool
 
 
 def _key(perm: Perm) -> str:
@@ -62,17 +85,15 @@ def ste_matching(
     max_iter: int = 100,
     tol: float = 1e-4,
     quiet: bool = True,
-    return_info: bool = False,
-) -> Perm | tuple[Perm, dict[str, Any]]:
+) -> SteMatchingResult:
     """Learn a permutation of B whose midpoint with A has low loss (see the module docstring).
 
     ``inputs``/``labels``: training examples and int64 class labels. The last ``holdout``
     examples (default ``min(1024, N // 5)``) judge the candidates; the rest are drawn in
     batches of ``batch_size`` in an order fixed by ``seed`` (which also seeds weight matching).
     ``steps`` Adam steps with learning rate ``lr``; ``max_iter`` and ``tol`` go to weight
-    matching. Returns the best permutation for B (and,
-    with ``return_info``, ``initial_loss`` (weight matching's permutation), ``best_loss``,
-    ``best_step``, ``train_losses``, ``candidates``).
+    matching. Returns a :class:`SteMatchingResult`: ``result.perm`` is the best permutation
+    for B, with the losses that chose it. ``model_a``'s training flags are restored.
     """
     if labels is None:
         raise LmcError("STE matching needs labels for its training loss")
@@ -86,7 +107,7 @@ def ste_matching(
     if n < 2:
         raise LmcError("STE matching needs at least two examples")
     holdout = max(1, min(int(holdout), n - 1))
-    device = next((p.device for p in model_a.parameters()), torch.device("cpu"))
+    device = module_device(model_a)
     inputs, labels = inputs.to(device), labels.to(device)
     x_train, y_train = inputs[: n - holdout], labels[: n - holdout]
     x_hold, y_hold = inputs[n - holdout :], labels[n - holdout :]
@@ -99,7 +120,6 @@ def ste_matching(
     optimizer = torch.optim.Adam(list(tilde.values()), lr=lr)
     gen = torch.Generator().manual_seed(int(seed))
     train_mode = _has_batchnorm(model_a)
-    modes = {m: m.training for m in model_a.modules()}
 
     def midpoint(perm: Perm, straight_through: bool) -> dict[str, torch.Tensor]:
         b = apply_permutation(spec, perm, state_b)
@@ -121,12 +141,12 @@ def ste_matching(
     def current_state() -> dict[str, torch.Tensor]:
         return {**state_a, **{k: v.detach() for k, v in tilde.items()}}
 
-    info: dict[str, Any] = {"train_losses": [], "candidates": 0}
-    try:
+    train_losses: list[float] = []
+    with preserved_modes(model_a):
         model_a.train(train_mode)
-        perm = weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter, tol=tol)
+        perm = weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter, tol=tol).perm
         best_perm, best_loss, best_step = perm, holdout_loss(perm), 0
-        info["initial_loss"] = best_loss
+        initial_loss = best_loss
         seen = {_key(perm): best_loss}
 
         def project_and_score(step: int) -> None:
@@ -141,7 +161,7 @@ def ste_matching(
                 max_iter=max_iter,
                 tol=tol,
                 init_perm=perm,
-            )
+            ).perm
             key = _key(perm)
             if key not in seen:
                 seen[key] = holdout_loss(perm)
@@ -160,21 +180,18 @@ def ste_matching(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            info["train_losses"].append(float(loss.detach()))
+            train_losses.append(float(loss.detach()))
         # the permutation projected from the final θ̃ is a candidate too
         if steps > 0:
             project_and_score(steps + 1)
-    finally:
-        for m, mode in modes.items():
-            m.training = mode
-    if not return_info:
-        return best_perm
-    info.update(
+    return SteMatchingResult(
+        perm=best_perm,
+        initial_loss=initial_loss,
         best_loss=best_loss,
         best_step=best_step,
+        train_losses=tuple(train_losses),
         candidates=len(seen),
         holdout=holdout,
         steps=steps,
         train_mode=train_mode,
     )
-    return best_perm, info

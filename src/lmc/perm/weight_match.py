@@ -32,14 +32,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from lmc.config import LmcError, progress
 
 from .lap import linear_assignment
-from .ops import Perm, check_permutation, identity_permutation, matching_objective
+from .ops import MatchResult, check_permutation, identity_permutation, matching_objective
 from .spec import AxisEntry, PermutationSpec, axis_index
 
 
@@ -153,21 +152,51 @@ def _build_terms(
     return terms
 
 
-class _Similarity:
-    """``S_g`` for every group, updated incrementally as the permutations change."""
+class SimilarityMatrices:
+    """The similarity ``S_g`` of every group of ``spec``, kept up to date incrementally.
 
-    def __init__(self, terms: dict[str, list[_Term]], sizes: dict[str, int], device) -> None:
-        self.terms = terms
-        self.s = {
-            g: torch.zeros(n, n, dtype=torch.float64, device=device) for g, n in sizes.items()
+    What :func:`weight_matching` runs on (see the module docstring): ``S_g[i, j]`` is the
+    inner product of A's unit ``i`` with B's unit ``j`` of group ``g`` over every tensor the
+    group indexes, with B's other axes permuted by the current permutations. Built from
+    ``state_a`` and ``state_b`` (whose tensors must have the spec's shapes, else
+    ``LmcError``); the products run on A's device in the tensors' precision and are
+    accumulated in float64.
+
+    >>> sim = SimilarityMatrices(spec, state_a, state_b)
+    >>> sim.update("fc1", perm)        # S_fc1 under ``perm`` (only changed columns recomputed)
+    >>> s = sim.matrix("fc1")          # (n, n) float64; rows: A's units, columns: B's
+    """
+
+    def __init__(
+        self,
+        spec: PermutationSpec,
+        state_a: Mapping[str, torch.Tensor],
+        state_b: Mapping[str, torch.Tensor],
+    ) -> None:
+        sizes = spec.group_sizes
+        self.terms = _build_terms(spec, state_a, state_b)
+        self.device = next(
+            (t.a.device for ts in self.terms.values() for t in ts), torch.device("cpu")
+        )
+        self._s = {
+            g: torch.zeros(n, n, dtype=torch.float64, device=self.device) for g, n in sizes.items()
         }
-        self.fresh = {g: False for g in sizes}  # S_g built at least once
+        self._fresh = {g: False for g in sizes}  # S_g built at least once
+
+    def matrix(self, group: str) -> torch.Tensor:
+        """The current ``S_group`` (live: updated in place by :meth:`update`; do not modify)."""
+        return self._s[group]
 
     def update(self, group: str, perm: Mapping[str, torch.Tensor]) -> bool:
-        """Bring ``S_group`` up to date with ``perm``; return whether it changed."""
-        s = self.s[group]
-        changed = not self.fresh[group]
-        self.fresh[group] = True
+        """Bring ``S_group`` up to date with ``perm``; return whether it changed.
+
+        ``perm``: group -> index tensor for every group the spec has. Permutations are compared
+        by identity: pass the same tensor object for a group that did not change (never modify
+        one in place), so that terms depending only on unchanged groups are skipped.
+        """
+        s = self._s[group]
+        changed = not self._fresh[group]
+        self._fresh[group] = True
         for term in self.terms[group]:
             if term.built and (term.constant or term.unchanged(perm)):
                 continue  # permutations are replaced, never modified in place
@@ -195,6 +224,29 @@ class _Similarity:
         return changed
 
 
+@dataclass(frozen=True, eq=False)
+class WeightMatchingResult(MatchResult):
+    """What :func:`weight_matching` returns.
+
+    ``perm``: group -> int64 CPU index tensor for B (``apply_permutation(spec, result.perm,
+    state_b)`` has B's units in A's order). The objective is Σ ⟨θ_A, π(θ_B)⟩:
+    ``objective_before`` at the identity, ``objective_init`` at ``init_perm`` (the identity
+    when none was given), ``objective_after`` recomputed at ``perm``; ``objective_per_pass``
+    after each pass (the initial objective plus the gains of the steps taken, exact up to the
+    products' float32 rounding when no tensor carries one permutation on two axes).
+    ``passes``: coordinate-descent passes run; ``assignments``: linear assignments solved;
+    ``converged``: whether the descent stopped by ``tol`` rather than ``max_iter``.
+    """
+
+    objective_before: float
+    objective_init: float
+    objective_after: float
+    objective_per_pass: tuple[float, ...]
+    passes: int
+    assignments: int
+    converged: bool
+
+
 def weight_matching(
     spec: PermutationSpec,
     state_a: Mapping[str, torch.Tensor],
@@ -203,9 +255,8 @@ def weight_matching(
     max_iter: int = 100,
     init_perm: Mapping[str, torch.Tensor] | None = None,
     tol: float = 1e-4,
-    return_info: bool = False,
     quiet: bool = True,
-) -> Perm | tuple[Perm, dict[str, Any]]:
+) -> WeightMatchingResult:
     """The permutation of B's units that best matches A's weights (returned for B).
 
     Coordinate descent on Σ ⟨θ_A, π(θ_B)⟩ over every tensor of the spec with a permuted axis
@@ -219,33 +270,26 @@ def weight_matching(
     hundredth of a percent; known permutations are still recovered exactly (their passes
     gain far more), and the benchmark reports the objective reached against full convergence.
 
-    Returns ``perm`` (group -> int64 CPU tensor) such that
-    ``apply_permutation(spec, perm, state_b)`` has B's units in A's order. With
-    ``return_info=True`` returns ``(perm, info)``; ``info`` holds ``objective_before``
-    (identity permutation), ``objective_init`` (at ``init_perm``), ``objective_per_pass``
-    (after each pass: the initial objective plus the gains of the steps taken, exact up to
-    the products' float32 rounding when no tensor carries one permutation on two axes),
-    ``objective_after`` (recomputed at the result), ``passes``, ``assignments`` (LAPs
-    solved) and ``converged``.
+    Returns a :class:`WeightMatchingResult`: ``result.perm`` (group -> int64 CPU tensor) is
+    such that ``apply_permutation(spec, result.perm, state_b)`` has B's units in A's order;
+    its other fields report the objective, passes, assignments and convergence.
     """
     if max_iter < 1:
         raise LmcError(f"max_iter must be at least 1, got {max_iter}")
     if not tol >= 0:
         raise LmcError(f"tol must be a non-negative number, got {tol}")
     sizes = spec.group_sizes
+    if init_perm is not None:
+        check_permutation(spec, init_perm)
     perm = {g: p.clone().long().cpu() for g, p in (init_perm or identity_permutation(spec)).items()}
-    check_permutation(spec, perm)
     objective = matching_objective(spec, state_a, state_b, perm)  # tracked by adding gains
-    info: dict[str, Any] = {}
-    if return_info:
-        info["objective_before"] = (
-            matching_objective(spec, state_a, state_b) if init_perm is not None else objective
-        )
-        info["objective_init"] = objective
-        info["objective_per_pass"] = []
-    terms = _build_terms(spec, state_a, state_b)
-    device = next((t.a.device for ts in terms.values() for t in ts), torch.device("cpu"))
-    sim = _Similarity(terms, sizes, device)
+    objective_init = objective
+    objective_before = (
+        matching_objective(spec, state_a, state_b) if init_perm is not None else objective
+    )
+    per_pass: list[float] = []
+    sim = SimilarityMatrices(spec, state_a, state_b)
+    device = sim.device
     dev_perm = {g: p.to(device) for g, p in perm.items()}
     names = list(sizes)
     gen = torch.Generator().manual_seed(int(seed))
@@ -264,7 +308,7 @@ def weight_matching(
             if not dirty[g]:
                 continue  # S_g is what it was at the last assignment: same answer
             dirty[g] = False
-            s = sim.s[g]
+            s = sim.matrix(g)
             new = linear_assignment(s)
             assignments += 1
             rows = torch.arange(s.shape[0], device=s.device)
@@ -276,17 +320,17 @@ def weight_matching(
                 gained += new_value - old_value
                 steps += 1
         objective += gained
-        if return_info:
-            info["objective_per_pass"].append(objective)
+        per_pass.append(objective)
         if steps == 0 or gained <= tol * max(abs(objective), math.ulp(1.0)):
             converged = True
             break
-    if not return_info:
-        return perm
-    info.update(
+    return WeightMatchingResult(
+        perm=perm,
+        objective_before=objective_before,
+        objective_init=objective_init,
+        objective_after=matching_objective(spec, state_a, state_b, perm),
+        objective_per_pass=tuple(per_pass),
         passes=passes,
         assignments=assignments,
         converged=converged,
-        objective_after=matching_objective(spec, state_a, state_b, perm),
     )
-    return perm, info
