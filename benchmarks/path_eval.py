@@ -32,8 +32,7 @@ import time
 import torch
 
 import lmc.models
-from lmc.metrics import evaluate_path
-from lmc.metrics.path import _auto_batch_size
+from lmc.metrics import auto_batch_size, evaluate_path
 
 WIDTH, DEPTH, INPUT, CLASSES, POINTS = 2048, 3, 784, 10, 11
 
@@ -104,7 +103,7 @@ def main() -> None:
     interior = POINTS - 2
     # (label, evaluate_path options, rows per matmul of the hot layers); no batch_size = default
     cpu = torch.device("cpu")
-    auto_batched, auto_loop = _auto_batch_size(a, x, interior, cpu), _auto_batch_size(a, x, 1, cpu)
+    auto_batched, auto_loop = auto_batch_size(a, x, interior, cpu), auto_batch_size(a, x, 1, cpu)
     configs = [
         ("batched", {"method": "batched"}, auto_batched),
         ("loop", {"method": "loop"}, auto_loop),

@@ -1,13 +1,15 @@
-"""Shared foundations: errors, devices, seeds, canonical configs, progress, environment."""
+"""Shared foundations: errors and warnings, devices, seeds, canonical configs, progress,
+environment."""
 
 from .canonical import canonical_json, config_hash
 from .device import resolve_device
 from .environment import environment_info
-from .errors import LmcError
+from .errors import LmcError, LmcWarning
 from .progress import progress
 
 __all__ = [
     "LmcError",
+    "LmcWarning",
     "canonical_json",
     "config_hash",
     "environment_info",

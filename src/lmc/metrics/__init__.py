@@ -4,9 +4,11 @@ ensembles and the random-direction baseline.
 Path convention (SCIENCE.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A.
 Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
 
-- :func:`evaluate_path` -> :class:`PathResult` (per-lambda loss, accuracy, logit norm,
-  ensemble, calibrated loss and inverse temperature; which subset each uses is in
-  :mod:`lmc.metrics.path`).
+- :func:`evaluate_path` (options: :class:`PathSettings`) -> :class:`PathResult` (the
+  per-lambda numbers :data:`PER_LAMBDA_KEYS`: loss, accuracy, logit norm, ensemble, calibrated
+  loss and inverse temperature; which subset each uses is in :mod:`lmc.metrics.result`).
+- The engines that compute the logits along the path (:mod:`lmc.metrics.engine`:
+  :func:`select_engine`, :func:`auto_batch_size`; the chain fast path :mod:`lmc.metrics.chain`).
 - :func:`barriers` and the pure barrier functions of :mod:`lmc.metrics.barriers`.
 - :func:`fit_inverse_temperature`, :func:`cross_entropy_at`.
 - :func:`random_direction_state`: the flatness control.
@@ -29,33 +31,49 @@ from .baselines import moved_entries, random_direction_state
 from .calibration import (
     BETA_MAX,
     BETA_MIN,
+    at_bound,
+    calibration_split,
     cross_entropy_at,
+    cross_entropy_rows,
     fit_inverse_temperature,
     mean_cross_entropy,
 )
-from .path import (
+from .chain import chain_forward, chain_plan
+from .engine import (
     METHODS,
-    PathResult,
-    calibration_split,
-    chain_plan,
-    evaluate_path,
-    lambda_grid,
+    BatchedEngine,
+    LoopEngine,
+    auto_batch_size,
+    model_logits,
+    select_engine,
+    stacked_logits,
 )
+from .path import evaluate_path
+from .result import PER_LAMBDA_KEYS, PathResult
+from .settings import PathSettings, lambda_grid
 
 __all__ = [
     "BARRIER_KEYS",
     "BETA_MAX",
     "BETA_MIN",
     "METHODS",
+    "PER_LAMBDA_KEYS",
+    "BatchedEngine",
+    "LoopEngine",
     "PathResult",
+    "PathSettings",
     "accuracy_barrier",
+    "at_bound",
+    "auto_batch_size",
     "barriers",
     "calibrated_loss_barrier",
     "calibrated_max_minus_mean_loss",
     "calibrated_midpoint_loss_barrier",
     "calibration_split",
+    "chain_forward",
     "chain_plan",
     "cross_entropy_at",
+    "cross_entropy_rows",
     "evaluate_path",
     "fit_inverse_temperature",
     "lambda_grid",
@@ -65,6 +83,9 @@ __all__ = [
     "mean_minus_min_accuracy",
     "midpoint_accuracy_barrier",
     "midpoint_loss_barrier",
+    "model_logits",
     "moved_entries",
     "random_direction_state",
+    "select_engine",
+    "stacked_logits",
 ]

@@ -16,7 +16,7 @@ Accuracies (fractions in [0, 1]) with the sign reversed, so a drop is a positive
   ``max_minus_mean_loss``)
 
 The calibrated versions apply the loss formulas to calibrated losses (endpoints calibrated
-too); see :mod:`lmc.metrics.path` for which subset each number uses.
+too); see :mod:`lmc.metrics.result` for which subset each number uses.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 One inverse temperature beta > 0 per model minimises the mean cross-entropy of
 softmax(beta * logits) on a calibration subset; the calibrated loss is the cross-entropy at that
 beta on the rest of the split. beta changes no prediction, so accuracy is unchanged.
+
+The calibration subset of a split of N examples is :func:`calibration_split`'s; a fitted beta
+on a bound of the search (:func:`at_bound`) means the loss has no minimum inside the bounds
+(e.g. a perfectly classified subset, beta -> infinity) and the calibrated loss is undefined.
 """
 
 from __future__ import annotations
@@ -34,21 +38,33 @@ def _check(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, to
     return logits.detach(), labels.detach().to(device=logits.device, dtype=torch.int64)
 
 
-def mean_cross_entropy(
+def cross_entropy_rows(
     logits: torch.Tensor, labels: torch.Tensor, beta: float = 1.0
 ) -> torch.Tensor:
-    """Mean cross-entropy of softmax(beta * logits) for a stack of models, in float64.
+    """Per-example cross-entropy (nats) of softmax(beta * logits) for a stack of models.
 
-    ``logits``: (k, N, C), one slice per model; ``labels``: (N,). Returns a (k,) float64
-    tensor: ``mean_i [logsumexp_j(beta * z_kij) - beta * z_ki,label_i]``. One set of kernels
-    for the whole stack (no per-model launches); the arithmetic :func:`cross_entropy_at` and
-    :func:`lmc.metrics.evaluate_path` share.
+    ``logits``: (k, N, C), one slice per model; ``labels``: (N,) class indices on the logits'
+    device. Returns a (k, N) float64 tensor: ``logsumexp_j(beta * z_kij) - beta * z_ki,label_i``.
+    One set of kernels for the whole stack (no per-model launches); the one cross-entropy
+    :func:`mean_cross_entropy`, :func:`cross_entropy_at` and :func:`lmc.metrics.evaluate_path`
+    share (a subset mean of its rows is that subset's loss).
     """
     z = logits.double()
     if beta != 1.0:
         z = z * float(beta)
     target = z.gather(2, labels.view(1, -1, 1).expand(z.shape[0], -1, 1)).squeeze(2)
-    return (torch.logsumexp(z, dim=2) - target).mean(dim=1)
+    return torch.logsumexp(z, dim=2) - target
+
+
+def mean_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, beta: float = 1.0
+) -> torch.Tensor:
+    """Mean cross-entropy (nats) of softmax(beta * logits) for a stack of models, in float64.
+
+    ``logits``: (k, N, C); ``labels``: (N,). Returns a (k,) float64 tensor: the mean over
+    examples of :func:`cross_entropy_rows`.
+    """
+    return cross_entropy_rows(logits, labels, beta).mean(dim=1)
 
 
 def cross_entropy_at(logits: torch.Tensor, labels: torch.Tensor, beta: float = 1.0) -> float:
@@ -108,3 +124,26 @@ def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float
         options={"xatol": LOG_BETA_TOL, "maxiter": 500},
     )
     return float(math.exp(res.x))
+
+
+def at_bound(beta: float) -> bool:
+    """Whether a fitted beta is NaN or sits on a bound of the search (no interior minimum)."""
+    return math.isnan(beta) or beta >= BETA_MAX * (1 - 1e-6) or beta <= BETA_MIN * (1 + 1e-6)
+
+
+def calibration_split(
+    n: int, seed: int, fraction: float = 0.2
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(calibration, heldout)`` example indices of a split of ``n`` examples.
+
+    The calibration subset is the first ``round(fraction * n)`` (at least 1, at most n - 1) of
+    ``torch.randperm(n)`` drawn from ``torch.Generator().manual_seed(seed)``, the held-out subset
+    the rest; both are sorted int64 CPU tensors.
+    """
+    if n < 2:
+        raise LmcError(f"calibration needs at least 2 examples, got {n}")
+    if not 0.0 < fraction < 1.0:
+        raise LmcError(f"calibration fraction must be in (0, 1), got {fraction}")
+    k = min(n - 1, max(1, round(fraction * n)))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    return order[:k].sort().values, order[k:].sort().values

@@ -1,0 +1,180 @@
+"""How a path is evaluated: the lambda grid and :class:`PathSettings`, every option of
+:func:`lmc.metrics.evaluate_path` in one validated, frozen object.
+
+Path: theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A, lam = 1 is B.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from lmc.config import LmcError
+from lmc.merge import BN_MODES
+
+from .engine import METHODS
+
+_TOL = 1e-9
+
+
+def lambda_grid(lambdas: int | Sequence[float] = 11) -> tuple[list[float], list[float]]:
+    """The evaluated grid and the values that were added to it.
+
+    An integer ``N >= 2`` means ``N`` evenly spaced points ``i / (N - 1)`` from 0 to 1. A list is
+    sorted and de-duplicated; its values must lie in [0, 1]. In both cases 0, 1 and ½ are added
+    when missing (the endpoints define every barrier, ½ the midpoint barriers), and the added
+    values are returned as the second element.
+    """
+    if isinstance(lambdas, bool):
+        raise LmcError("lambdas must be a number of points or a list of values, got a bool")
+    if isinstance(lambdas, numbers.Integral):
+        lambdas = int(lambdas)
+        if lambdas < 2:
+            raise LmcError(f"a path needs at least 2 lambdas (the endpoints), got {lambdas}")
+        values = [i / (lambdas - 1) for i in range(lambdas)]
+    else:
+        try:
+            values = [float(v) for v in lambdas]
+        except (TypeError, ValueError) as exc:
+            raise LmcError(f"lambdas must be numbers, got {lambdas!r}") from exc
+        for v in values:
+            if not math.isfinite(v) or v < -_TOL or v > 1 + _TOL:
+                raise LmcError(f"lambda {v} is outside [0, 1]; the path runs from A (0) to B (1)")
+        values = [min(1.0, max(0.0, v)) for v in values]
+    grid: list[float] = []
+    for v in sorted(values):
+        if not grid or v - grid[-1] > _TOL:
+            grid.append(v)
+    added = []
+    for v in (0.0, 0.5, 1.0):
+        if all(abs(v - g) > _TOL for g in grid):
+            grid.append(v)
+            added.append(v)
+    grid.sort()
+    for v in (0.0, 0.5, 1.0):  # snap near-hits to the exact value
+        grid = [v if abs(g - v) <= _TOL else g for g in grid]
+    return grid, added
+
+
+def _integer(name: str, value: Any, minimum: int | None = None, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        what = "an integer or None" if optional else "an integer"
+        raise LmcError(f"{name} must be {what}, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise LmcError(f"{name} must be ≥ {minimum}, got {value}")
+    return int(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_, numbers.Integral)) or value not in (0, 1):
+        raise LmcError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...], what: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise LmcError(f"unknown {what} {name}={value!r}: choose one of {', '.join(choices)}")
+    return value
+
+
+@dataclass(frozen=True)
+class PathSettings:
+    """Every option of :func:`lmc.metrics.evaluate_path` (validated; ``LmcError`` names the
+    option). Build a variant with ``dataclasses.replace(settings, option=value)``.
+
+    Attributes:
+        lambdas: number of evenly spaced points (≥ 2, default 11) or values in [0, 1] (stored
+            as a tuple of floats); the grid is :meth:`grid` (0, ½ and 1 always included).
+        bn: BatchNorm after interpolation, ``auto``/``reset``/``repair``/``none``
+            (:func:`lmc.merge.resolve_bn_mode`).
+        bn_batch_size: examples per batch of the BatchNorm statistics passes (≥ 2).
+        bn_num_batches: random batches used for those passes (≥ 1), or ``None`` for every
+            training input once, in order (:func:`lmc.merge.reset_batchnorm`).
+        seed: seed of those random batches.
+        reset_endpoints: also reset/repair the endpoints (default: keep their statistics).
+        calibrate: fit an inverse temperature per lambda on a calibration subset.
+        calibration_seed: seed of the calibration subset (:func:`lmc.metrics.calibration_split`).
+        calibration_fraction: share of the split in the calibration subset, in (0, 1).
+        batch_size: examples per forward pass (≥ 1; per lambda in the batched engine), or
+            ``None`` for :func:`lmc.metrics.engine.auto_batch_size`.
+        method: engine, ``auto``/``batched``/``loop`` (:func:`lmc.metrics.engine.select_engine`).
+        max_stack_bytes: bound (≥ 1) on the stacked interior weights held at once (batched).
+        fast: let the batched engine use the chain fast path (:mod:`lmc.metrics.chain`) for
+            plain chains of Linear layers and activations; ``False``: always ``torch.vmap``.
+        quiet: no progress bars.
+    """
+
+    lambdas: int | tuple[float, ...] = 11
+    bn: str = "auto"
+    bn_batch_size: int = 256
+    bn_num_batches: int | None = None
+    seed: int = 0
+    reset_endpoints: bool = False
+    calibrate: bool = False
+    calibration_seed: int = 0
+    calibration_fraction: float = 0.2
+    batch_size: int | None = None
+    method: str = "auto"
+    max_stack_bytes: int = 1 << 30
+    fast: bool = True
+    quiet: bool = True
+
+    def __post_init__(self) -> None:
+        lambdas = self.lambdas
+        if isinstance(lambdas, str):
+            raise LmcError(
+                f"lambdas must be a number of points or a list of values, got {lambdas!r}"
+            )
+        if not isinstance(lambdas, (bool, numbers.Integral)):
+            try:
+                lambdas = tuple(lambdas)
+            except TypeError as exc:
+                raise LmcError(
+                    f"lambdas must be a number of points or a list of values, got {lambdas!r}"
+                ) from exc
+        lambda_grid(lambdas)  # raises for anything that is not a valid grid
+        if isinstance(lambdas, numbers.Integral):
+            lambdas = int(lambdas)
+        else:
+            lambdas = tuple(float(v) for v in lambdas)
+        fraction = self.calibration_fraction
+        if (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, numbers.Real)
+            or not 0.0 < fraction < 1.0
+        ):
+            raise LmcError(f"calibration_fraction must be in (0, 1), got {fraction!r}")
+        values = {
+            "lambdas": lambdas,
+            "bn": _choice("bn", self.bn, BN_MODES, "BatchNorm mode"),
+            "bn_batch_size": _integer("bn_batch_size", self.bn_batch_size, 2),
+            "bn_num_batches": _integer("bn_num_batches", self.bn_num_batches, 1, optional=True),
+            "seed": _integer("seed", self.seed),
+            "reset_endpoints": _flag("reset_endpoints", self.reset_endpoints),
+            "calibrate": _flag("calibrate", self.calibrate),
+            "calibration_seed": _integer("calibration_seed", self.calibration_seed),
+            "calibration_fraction": float(fraction),
+            "batch_size": _integer("batch_size", self.batch_size, 1, optional=True),
+            "method": _choice("method", self.method, METHODS, "path evaluation method"),
+            "max_stack_bytes": _integer("max_stack_bytes", self.max_stack_bytes, 1),
+            "fast": _flag("fast", self.fast),
+            "quiet": _flag("quiet", self.quiet),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def grid(self) -> tuple[list[float], list[float]]:
+        """``(grid, added)``: :func:`lambda_grid` of :attr:`lambdas`."""
+        return lambda_grid(self.lambdas)
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """The option names, as :func:`lmc.metrics.evaluate_path` accepts them as keywords."""
+        return tuple(f.name for f in fields(cls))
