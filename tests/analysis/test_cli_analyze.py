@@ -115,7 +115,7 @@ def test_incompatible_runs_are_one_line_errors(runs, capsys):
     wide = _save_run(store, 3, width=20)
     assert main(["analyze", str(a.path), str(wide.path), "--quiet", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "model_options" in err
+    assert len(err.splitlines()) == 1 and "'width' is 16 in RUN_A but 20" in err
     assert main(["analyze", str(a.path), "no-such-run", "--quiet", "--device", "cpu"]) == 2
     assert "not a run folder" in capsys.readouterr().err
     assert main(["analyze", str(a.path), str(a.path), "--lam", "x", "--device", "cpu"]) == 2

@@ -104,7 +104,7 @@ def test_mismatched_runs_are_a_one_line_error(store_runs, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2
     assert len(err.splitlines()) == 1
-    assert "model_options.width" in err and "24" in err and "32" in err
+    assert "'width' is 24 in RUN_A but 32 in RUN_B" in err
     assert not (tmp_path / "x").exists()
 
 

@@ -2,7 +2,7 @@
 
 Numbers are made up (seeded numpy) with the qualitative shape of the width paper: merged
 accuracy and the cosines rise with width, barriers fall, weak weight decay is worse. The
-barrier columns follow SCIENCE.md's formulas on the generated curves.
+barrier columns follow docs/science.md's formulas on the generated curves.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def test_hand_computed_means_and_stds():
 
 def test_csv_text_cells_and_empty_barrier_columns():
     """Rows as the csv module yields them (all text, empty cells); empty barrier columns are
-    computed from the λ = 0, ½, 1 rows with SCIENCE.md's formulas."""
+    computed from the λ = 0, ½, 1 rows with docs/science.md's formulas."""
     rows = []
     for r in hand_rows():
         r = {k: str(v) for k, v in r.items()}

@@ -1,7 +1,7 @@
 """Layerwise analysis of a merge: LEWC, LLFC, weak additivity, reciprocal orthogonality,
 commutativity, second moments and spectra, streamed through forward hooks.
 
-Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: SCIENCE.md,
+Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: docs/science.md,
 "Layerwise connectivity"; record keys: ``RECORD_KEYS``.
 
 - ``layerwise(model_a, model_b, inputs, lam=0.5, ...) -> list[dict]``: one record per probe

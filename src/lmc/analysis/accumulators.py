@@ -5,7 +5,7 @@ Each accumulator has ``update(...)`` (called once per batch with that batch's te
 activations themselves, so memory does not grow with the number of examples: at most one
 vector per unit (second moments) and a few scalars.
 
-Conventions (definitions as in SCIENCE.md, "Layerwise connectivity"):
+Conventions (definitions as in docs/science.md, "Layerwise connectivity"):
 - θ(λ) = (1 − λ)θ_A + λθ_B; "C" is the merged model θ(λ).
 - Tensors ``f_*`` come as rows, one row per example: a feature map (C, H, W) is flattened, so
   LEWC, LLFC and endpoint cosines compare whole feature maps per example.

@@ -90,20 +90,19 @@ def _csv_value(value: Any) -> Any:
 
 
 def write_results(
-    result: AnalysisResult, out_dir: str | os.PathLike, summary: dict[str, Any]
+    result: AnalysisResult,
+    out_dir: str | os.PathLike,
+    summary: dict[str, Any],
+    *,
+    figures: bool = True,
 ) -> list[Path]:
     """Write the analysis into ``out_dir``; ``summary`` is the JSON-ready object for
-    summary.json (no NaN: e.g. ``lmc.cli.common.jsonable(...)``). Returns the paths written."""
+    summary.json (no NaN: e.g. ``lmc.store.jsonable(...)``). Returns the paths written."""
     from .figures import plot_cosines, plot_moments, plot_spectra
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [
-        out / "layers.csv",
-        out / "units.safetensors",
-        out / "cosines.png",
-        out / "moments.png",
-    ]
+    paths = [out / "layers.csv", out / "units.safetensors"]
     write_csv(paths[0], result.records)
     tensors = {
         f"{kind}.{name}.{side}": torch.from_numpy(values.copy())
@@ -112,9 +111,11 @@ def write_results(
         for side, values in sides.items()
     }
     save_tensors(paths[1], tensors, metadata={"layout": "{moments|spectra}.{probe}.{a|b}"})
-    plot_cosines(result.records, paths[2])
-    plot_moments(result.moments, paths[3])
-    if result.spectra:
+    if figures:
+        paths += [out / "cosines.png", out / "moments.png"]
+        plot_cosines(result.records, paths[2])
+        plot_moments(result.moments, paths[3])
+    if figures and result.spectra:
         paths.append(out / "spectra.png")
         plot_spectra(result.spectra, paths[-1])
     paths.append(out / "summary.json")

@@ -2,7 +2,7 @@
 
 ``analyze(model_a, model_b, inputs, lam)`` runs A, B and every merged model θ(λ) =
 (1 − λ)θ_A + λθ_B on the same batches, with forward hooks at each probe point, and streams the
-statistics of SCIENCE.md's "Layerwise connectivity" section into float64 accumulators
+statistics of docs/science.md's "Layerwise connectivity" section into float64 accumulators
 (``lmc.analysis.accumulators``). Only the current batch's activations are ever held, so memory
 depends on the batch size and the width, not on the number of examples. ``layerwise`` returns
 just the records; ``analyze`` also returns the per-unit second moments and the weight spectra.
@@ -431,7 +431,7 @@ def layerwise(
     quiet: bool = True,
     **options: Any,
 ) -> list[dict[str, Any]]:
-    """One record per probe point per λ (keys ``RECORD_KEYS``, as in SCIENCE.md).
+    """One record per probe point per λ (keys ``RECORD_KEYS``, as in docs/science.md).
 
     Same arguments as ``analyze`` (``options`` are its further keywords); use ``analyze`` for
     the per-unit moments and spectra as well.

@@ -30,6 +30,7 @@ from .common import (
     add_device_option,
     add_output_options,
     add_runs_dir_option,
+    check_same_data,
     dataset_for_config,
     device_from,
     emit_json,
@@ -40,16 +41,6 @@ METHODS = ("weight", "activation", "ste", "random")
 STATISTICS = ("correlation", "covariance")
 PERM_FILE = "perm.safetensors"
 SUMMARY_FILE = "perm.json"
-
-# input shapes of the datasets lmc knows, so weight matching needs no data on disk
-_INPUT_SHAPES = {
-    "digits": (1, 8, 8),
-    "mnist": (1, 28, 28),
-    "fashion-mnist": (1, 28, 28),
-    "cifar10": (3, 32, 32),
-    "cifar100": (3, 32, 32),
-}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_a", metavar="RUN_A", help="run folder of model A (the reference)")
@@ -146,29 +137,11 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def _example_input(config: dict[str, Any]) -> torch.Tensor | None:
-    """Two zero rows of the model's input, from the config alone (``None`` if unknown)."""
-    options = config.get("model_options", {})
-    if config.get("model") == "mlp":
-        size = options.get("input_size", 64)
-        shape = tuple(size) if isinstance(size, (list, tuple)) else (int(size),)
-        return torch.zeros(2, *shape)
-    dataset = config.get("dataset")
-    shape = _INPUT_SHAPES.get(dataset)
-    if dataset == "synthetic":
-        shape = tuple(config.get("dataset_options", {}).get("input_shape", (32,)))
-    if shape is None or len(shape) != 3:
-        return None
-    return torch.zeros(2, options.get("in_channels", shape[0]), *shape[1:])
+def _example_input(config: dict[str, Any]) -> torch.Tensor:
+    """Two zero rows of the model's input, from the dataset's shape alone (no file read)."""
+    from lmc.data import input_shape
 
-
-def _check_pair(run_a, run_b) -> None:
-    for key in ("model",):
-        if run_a.config.get(key) != run_b.config.get(key):
-            raise LmcError(
-                f"the runs have different architectures: {key} {run_a.config.get(key)!r} "
-                f"({run_a.name}) vs {run_b.config.get(key)!r} ({run_b.name})"
-            )
+    return torch.zeros(2, *input_shape(config["dataset"], **config.get("dataset_options", {})))
 
 
 def _print_table(record: dict[str, Any], sizes: dict[str, int]) -> None:
@@ -189,13 +162,14 @@ def _print_table(record: dict[str, Any], sizes: dict[str, int]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lmc.perm import align, check_same_architecture
+    from lmc.models import check_same_architecture
+    from lmc.perm import align
 
     if args.method not in METHODS:
         raise LmcError(f"unknown --method {args.method!r}: choose one of {', '.join(METHODS)}")
     settings = _settings(args)
     run_a, run_b = load_run(args.run_a), load_run(args.run_b)
-    _check_pair(run_a, run_b)
+    check_same_data(run_a, run_b, "alignment")
     config = {
         "kind": "aligned",
         "dataset": run_a.config.get("dataset"),
@@ -224,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
     device = device_from(args)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
-    check_same_architecture(model_a.state_dict(), model_b.state_dict())  # in layer order
+    check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
     labels = None
     if args.method in ("activation", "ste"):
         data = dataset_for_config(run_a.config, args, device)
@@ -233,8 +207,6 @@ def run(args: argparse.Namespace) -> int:
             inputs = inputs[: settings["max_examples"]]
     else:
         inputs = _example_input(run_a.config)
-        if inputs is None:
-            inputs = dataset_for_config(run_a.config, args, device).x_train[:2]
     inputs = inputs.to(device)
     start = time.perf_counter()
     result = align(

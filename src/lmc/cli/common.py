@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any
 
 import torch
 
 from lmc.config import LmcError, resolve_device
+from lmc.store import jsonable
 
 
 def add_device_option(parser: argparse.ArgumentParser) -> None:
@@ -47,27 +47,6 @@ def add_runs_dir_option(parser: argparse.ArgumentParser) -> None:
 
 def device_from(args: argparse.Namespace) -> torch.device:
     return resolve_device(getattr(args, "device", "auto"))
-
-
-def jsonable(obj: Any) -> Any:
-    """Convert tensors, numpy values, paths and non-finite floats into JSON-safe values."""
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, torch.Tensor):
-        return jsonable(obj.tolist())
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, np.integer, np.bool_)):
-        return jsonable(obj.item())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if hasattr(obj, "__fspath__"):
-        return str(obj)
-    return obj
 
 
 def emit_json(obj: Any) -> None:
@@ -120,21 +99,68 @@ def _first_difference(a: Any, b: Any, where: str) -> str | None:
     return None if a == b else f"{where} is {a!r} in RUN_A but {b!r} in RUN_B"
 
 
-def check_same_setup(run_a, run_b, verb: str) -> None:
-    """One-line ``LmcError`` naming the first difference of architecture or dataset."""
-    for key in ("model", "model_options", "dataset", "dataset_options"):
+def check_same_data(run_a, run_b, verb: str) -> None:
+    """One-line ``LmcError`` naming the first difference of the two runs' datasets (their
+    architectures are compared on the built models, by ``lmc.models.check_same_architecture``)."""
+    for key in ("dataset", "dataset_options"):
         found = _first_difference(run_a.config.get(key), run_b.config.get(key), key)
         if found:
             raise LmcError(
-                f"the runs do not match: {found}; {verb} needs two models of one architecture "
-                "trained on one dataset"
+                f"the runs do not match: {found}; {verb} needs two models trained on one dataset"
             )
 
 
-def align_to_a(method: str, model_a, model_b, data, seed: int, quiet: bool):
-    """B permuted to match A by ``lmc.perm.align`` on the training split (an ``AlignResult``)."""
-    from lmc.perm import align
+def load_pair(args: argparse.Namespace, verb: str):
+    """``(run_a, run_b, model_a, model_b, data)`` for the verbs that take RUN_A RUN_B: both runs
+    resolved, their datasets and architectures checked, the models built on ``--device`` and
+    the dataset loaded there."""
+    from lmc.models import check_same_architecture
 
-    return align(
-        method, model_a, model_b, inputs=data.x_train, labels=data.y_train, seed=seed, quiet=quiet
+    run_a, run_b = resolve_run(args.run_a, args.runs_dir), resolve_run(args.run_b, args.runs_dir)
+    check_same_data(run_a, run_b, verb)
+    device = device_from(args)
+    model_a, model_b = run_a.build_model(device), run_b.build_model(device)
+    check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
+    data = dataset_for_config(run_a.config, args, device)
+    return run_a, run_b, model_a, model_b, data
+
+
+def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    """RUN_A and RUN_B, then --align, --align-examples and --seed, as lmc.pair.PairSettings
+    reads them."""
+    from lmc.pair import ALIGN_METHODS
+
+    parser.add_argument(
+        "run_a", metavar="RUN_A", help="run folder (or its name in --runs-dir) of model A, λ = 0"
     )
+    parser.add_argument(
+        "run_b", metavar="RUN_B", help="run folder (or its name in --runs-dir) of model B, λ = 1"
+    )
+
+    parser.add_argument(
+        "--align",
+        default="none",
+        choices=ALIGN_METHODS,
+        metavar="METHOD",
+        help="permute B to match A first: " + ", ".join(ALIGN_METHODS) + " (default none)",
+    )
+    parser.add_argument(
+        "--align-examples",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="training examples (drawn at random with --seed) that activation matching and "
+        "STE read; 0 = the whole training split (default 2000, as in sweeps)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the alignment, its examples, BatchNorm-reset batches and random "
+        "directions (default 0)",
+    )
+
+
+def add_lambdas_option(parser: argparse.ArgumentParser, default: str, help: str) -> None:
+    """The λ option, named --lambdas in every verb (--lam is an alias)."""
+    parser.add_argument("--lambdas", "--lam", dest="lambdas", default=default, help=help)

@@ -1,74 +1,42 @@
 """Evaluate the linear path between two runs and report its barriers.
 
-The path is theta(lam) = (1 - lam) theta_A + lam theta_B (lam = 0 is RUN_A, lam = 1 is RUN_B),
-optionally after permuting B to match A (--align). Per lam: loss and accuracy on the split,
-the logits' mean norm, the ensemble (1 - lam) f_A + lam f_B, and with --calibrate the inverse
-temperature beta fitted on a fixed random 20% of the split and the calibrated loss on the other
-80%. BatchNorm statistics of interpolated models are reset on the training split (--bn). The
-barriers follow SCIENCE.md. Writes curve.csv, summary.json and path.png into --out (default
+The path is θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is RUN_A, λ = 1 is RUN_B), optionally after
+permuting B to match A (--align). Per λ: loss and accuracy on the split, the logits' mean
+norm, the ensemble (1 − λ)f_A + λf_B, and with --calibrate the inverse temperature β fitted on
+a fixed random 20% of the split and the calibrated loss on the other 80%. BatchNorm statistics
+of interpolated models are reset on the training split (--bn). The barriers are defined in
+docs/science.md. The work is done by lmc.pair (the same code as a sweep's merge job). Writes
+curve.csv, summary.json and path.png into --out (default
 ./interpolations/<RUN_A>__<RUN_B>[__<align>]); --json prints the summary.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from pathlib import Path
 from typing import Any
 
-from lmc.config import LmcError, environment_info
-from lmc.store import atomic_path, write_json, write_text
+from lmc.config import environment_info
 
 from .common import (
     add_data_options,
     add_device_option,
+    add_lambdas_option,
     add_output_options,
+    add_pair_arguments,
     add_runs_dir_option,
-    align_to_a,
-    check_same_setup,
-    dataset_for_config,
-    device_from,
     emit_json,
-    jsonable,
+    load_pair,
     parse_float_list,
-    resolve_run,
-)
-
-ALIGN_METHODS = ("none", "weight", "activation", "ste", "random")
-BASELINES = ("none", "random-direction")
-PER_LAMBDA = (
-    "loss",
-    "accuracy",
-    "calibrated_loss",
-    "inverse_temperature",
-    "ensemble_loss",
-    "ensemble_accuracy",
-    "logit_norm",
-    "heldout_loss",
-    "ensemble_calibrated_loss",
-    "ensemble_inverse_temperature",
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lmc.merge import BN_MODES
+    from lmc.pair import BASELINES
 
-    parser.add_argument(
-        "run_a", metavar="RUN_A", help="run folder (or name in the store) of A, λ = 0"
-    )
-    parser.add_argument(
-        "run_b", metavar="RUN_B", help="run folder (or name in the store) of B, λ = 1"
-    )
-    parser.add_argument(
-        "--align",
-        default="none",
-        choices=ALIGN_METHODS,
-        metavar="METHOD",
-        help="permute B to match A first (lmc.perm.align on the training split): "
-        + ", ".join(ALIGN_METHODS),
-    )
+    add_pair_arguments(parser)
     parser.add_argument(
         "--bn",
         default="auto",
@@ -83,11 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reset BatchNorm on this many random training batches (seeded by --seed); unset: "
         "the whole training split",
     )
-    parser.add_argument(
-        "--lambdas",
-        default="11",
-        help="number of evenly spaced λ from 0 to 1, or a comma-separated list; 0, 0.5 and 1 "
-        "are always added",
+    add_lambdas_option(
+        parser,
+        "11",
+        "number of evenly spaced λ from 0 to 1, or a comma-separated list; 0, 0.5 and 1 are "
+        "always added (default 11)",
     )
     parser.add_argument(
         "--calibrate",
@@ -105,10 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also evaluate A -> A + |B - A| u for a random unit direction u (flatness control)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the alignment and of the random direction"
-    )
-    parser.add_argument(
-        "--calibration-seed", type=int, default=0, help="seed of the 20%% calibration subset"
+        "--calibration-seed",
+        type=int,
+        default=0,
+        help="seed of the 20%% calibration subset (default 0)",
     )
     parser.add_argument(
         "--max-examples",
@@ -140,62 +108,29 @@ def parse_lambdas(text: str) -> int | list[float]:
     return parse_float_list(text, "--lambdas")
 
 
-def _curve(result) -> dict[str, Any]:
-    d = result.to_dict()
-    return {"lambdas": d["lambdas"], **{k: d[k] for k in PER_LAMBDA}}
+def settings_from_args(args: argparse.Namespace):
+    """The :class:`lmc.pair.PairSettings` of the flags (the sweep builds the same object)."""
+    from lmc.pair import PairSettings, PathSettings
 
-
-def _csv_text(paths: dict[str, Any]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["path", "lambda", *PER_LAMBDA])
-    for name, result in paths.items():
-        for row in result.rows():
-            values = ["" if row[k] is None else repr(float(row[k])) for k in PER_LAMBDA]
-            writer.writerow([name, repr(float(row["lambda"])), *values])
-    return buf.getvalue()
-
-
-def plot_path(path: Path, result, baseline=None, title: str = "") -> None:
-    """path.png: loss (and calibrated loss) and accuracy against λ, A (λ = 0) on the left.
-
-    A random-direction baseline, when given, is drawn dashed in the same colours.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    curves = [(result, "-", "")] + ([(baseline, "--", " (random direction)")] if baseline else [])
-    for res, style, suffix in curves:
-        lam = res.lambdas
-        ax_loss.plot(lam, res.loss, style, color="C0", marker=".", label=f"loss{suffix}")
-        if res.calibrated_loss is not None:
-            ax_loss.plot(
-                lam,
-                res.calibrated_loss,
-                style,
-                color="C1",
-                marker=".",
-                label=f"calibrated loss{suffix}",
-            )
-        ax_acc.plot(lam, res.accuracy, style, color="C2", marker=".", label=f"accuracy{suffix}")
-    for ax, values in ((ax_loss, result.loss), (ax_acc, result.accuracy)):
-        ax.scatter([0.0, 1.0], [values[0], values[-1]], s=60, color="k", zorder=3)
-        ax.set_xticks([0.0, 0.25, 0.5, 0.75, 1.0])
-        ax.set_xticklabels(["0\nA", "0.25", "0.5", "0.75", "1\nB"])
-        ax.set_xlabel("λ   (θ(λ) = (1 − λ)θ_A + λθ_B)")
-        ax.set_xlim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_loss.set_ylabel("cross-entropy (nats)")
-    ax_acc.set_ylabel("accuracy (fraction)")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    path = PathSettings(
+        lambdas=parse_lambdas(args.lambdas),
+        bn=args.bn,
+        bn_num_batches=args.bn_batches,
+        seed=args.seed,
+        calibrate=args.calibrate,
+        calibration_seed=args.calibration_seed,
+        batch_size=args.batch_size,
+        quiet=args.quiet,
+    )
+    return PairSettings(
+        align=args.align,
+        align_examples=args.align_examples or None,
+        seed=args.seed,
+        split=args.split,
+        max_examples=args.max_examples,
+        path=path,
+        baseline=args.baseline,
+    )
 
 
 def _fmt(v: float | None, spec: str) -> str:
@@ -217,100 +152,34 @@ def format_table(result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lmc.metrics import evaluate_path, random_direction_state
+    from lmc.models import module_device
+    from lmc.pair import run_pair, write_pair
+    from lmc.pair import summary as pair_summary
 
-    lambdas = parse_lambdas(args.lambdas)
-    if args.max_examples is not None and args.max_examples < 2:
-        raise LmcError(f"--max-examples must be at least 2, got {args.max_examples}")
-    run_a = resolve_run(args.run_a, args.runs_dir)
-    run_b = resolve_run(args.run_b, args.runs_dir)
-    check_same_setup(run_a, run_b, "interpolation")
-    device = device_from(args)
-    data = dataset_for_config(run_a.config, args, device)
-    x, y = data.split(args.split)
-    if args.max_examples is not None:
-        x, y = x[: args.max_examples], y[: args.max_examples]
-    model_a, model_b = run_a.build_model(device), run_b.build_model(device)
-
-    state_b, align_info = None, None
-    if args.align != "none":
-        aligned = align_to_a(args.align, model_a, model_b, data, args.seed, args.quiet)
-        state_b, align_info = aligned.state_dict, getattr(aligned, "info", None)
-    common = dict(
-        bn=args.bn,
-        bn_inputs=data.x_train,
-        bn_num_batches=args.bn_batches,
-        seed=args.seed,
-        calibrate=args.calibrate,
-        calibration_seed=args.calibration_seed,
-        batch_size=args.batch_size,
-        quiet=args.quiet,
-    )
-    result = evaluate_path(model_a, model_b, x, y, lambdas, state_b=state_b, **common)
-    paths = {"interpolation": result}
-    baseline = None
-    if args.baseline == "random-direction":
-        sb = state_b if state_b is not None else model_b.state_dict()
-        names = [n for n, _ in model_a.named_parameters()]
-        direction = random_direction_state(
-            model_a.state_dict(), sb, args.seed, parameter_names=names
-        )
-        # B' carries A's BatchNorm statistics, which do not fit its weights: reset its end too
-        baseline = evaluate_path(
-            model_a, None, x, y, lambdas, state_b=direction, reset_endpoints=True, **common
-        )
-        paths["random-direction"] = baseline
-
+    settings = settings_from_args(args)
+    run_a, run_b, model_a, model_b, data = load_pair(args, "interpolation")
     out = (
         Path(args.out)
         if args.out
         else Path("interpolations")
         / (f"{run_a.name}__{run_b.name}" + ("" if args.align == "none" else f"__{args.align}"))
     )
-    summary: dict[str, Any] = {
-        **_curve(result),
-        **result.barriers(),
-        "align": args.align,
-        "align_info": align_info,
-        "bn": result.bn,
-        "method": result.method,
-        "split": args.split,
-        "calibrate": result.calibrate,
-        "calibration_seed": result.calibration_seed,
-        "calibration_fraction": result.calibration_fraction,
-        "num_examples": result.num_examples,
-        "num_calibration": result.num_calibration,
-        "num_heldout": result.num_heldout,
-        "added_lambdas": result.added_lambdas,
-        "calibration_at_bound": result.calibration_at_bound,
-        "ensemble_calibration_at_bound": result.ensemble_calibration_at_bound,
-        "seed": args.seed,
+    result = run_pair(model_a, model_b, data, settings, quiet=args.quiet)
+    meta = {
         "run_a": str(run_a.path),
         "run_b": str(run_b.path),
         "model": run_a.config["model"],
         "model_options": run_a.config["model_options"],
         "dataset": run_a.config["dataset"],
-        "baseline": None,
+        "environment": environment_info(module_device(model_a)),
         "out": str(out),
-        "environment": environment_info(device),
     }
-    if baseline is not None:
-        summary["baseline"] = {
-            "kind": "random-direction",
-            "seed": args.seed,
-            "filter_normalize": False,
-            **_curve(baseline),
-            **baseline.barriers(),
-        }
-    summary = jsonable(summary)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "curve.csv", _csv_text(paths))
-    write_json(out / "summary.json", summary)
-    title = f"A = {run_a.name}   B = {run_b.name}   align = {args.align}   bn = {result.bn}"
-    plot_path(out / "path.png", result, baseline, title)
-
+    summary = pair_summary(result, meta)
+    title = f"A = {run_a.name}   B = {run_b.name}   align = {args.align}   bn = {result.path.bn}"
+    written = write_pair(result, out, summary, title=title)
+    paths = {"interpolation": result.path, "random-direction": result.baseline}
     for name, res in paths.items():
-        if res.calibration_at_bound:
+        if res is not None and res.calibration_at_bound:
             print(
                 f"warning: {name}: at λ = {', '.join(f'{v:g}' for v in res.calibration_at_bound)} "
                 f"the {res.num_calibration}-example calibration subset is perfectly classified, "
@@ -321,28 +190,29 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(summary)
         return 0
+    path = result.path
     print(
         f"A = {run_a.name}\nB = {run_b.name}"
-        + (f" (aligned: {args.align})" if state_b is not None else "")
+        + (f" (aligned: {args.align})" if args.align != "none" else "")
     )
     print(
-        f"{result.num_examples} {args.split} examples of {run_a.config['dataset']}; "
-        f"bn = {result.bn}; method = {result.method}"
+        f"{path.num_examples} {args.split} examples of {run_a.config['dataset']}; "
+        f"bn = {path.bn}; method = {path.method}"
         + (
-            f"; calibrated on {result.num_calibration}, scored on {result.num_heldout} "
-            f"(seed {result.calibration_seed})"
-            if result.calibrate
+            f"; calibrated on {path.num_calibration}, scored on {path.num_heldout} "
+            f"(seed {path.calibration_seed})"
+            if path.calibrate
             else ""
         )
     )
-    print(format_table(result))
+    print(format_table(path))
     print(_barrier_lines(summary))
-    if baseline is not None:
+    if result.baseline is not None:
         print("random-direction baseline:")
-        print(format_table(baseline))
+        print(format_table(result.baseline))
         print(_barrier_lines(summary["baseline"]))
-    for name in ("curve.csv", "summary.json", "path.png"):
-        print(f"wrote {out / name}", file=sys.stderr)
+    for name in written:
+        print(f"wrote {name}", file=sys.stderr)
     return 0
 
 

@@ -30,8 +30,20 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class UsageError(Exception):
+    """A command line argparse cannot parse (printed as one line, exit status 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line with a pointer to ``--help``, not the
+    whole usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lmc",
         description="Linear mode connectivity: train, align, merge, measure and explain. "
         "Path convention: theta(lam) = (1 - lam) theta_A + lam theta_B.",
@@ -58,7 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # name the verb whose options these are not
+            prog = f"lmc {args.verb}" if getattr(args, "verb", None) else "lmc"
+            raise UsageError(
+                f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see {prog} --help)"
+            )
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if not getattr(args, "handler", None):
         parser.print_help()
         return 1

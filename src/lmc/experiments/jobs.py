@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lmc.config import LmcError, config_hash, resolve_device
 from lmc.data import Dataset, load
+from lmc.models import get_model
 from lmc.store import RunStore, read_json, write_json
 from lmc.train import make_config, spawn_config, train_run
 
@@ -35,10 +34,14 @@ class Context:
     def jobs_dir(self) -> Path:
         return Path(self.out_dir) / "jobs"
 
+    def pairs_dir(self) -> Path:
+        """Where each merge job's files (curve.csv, summary.json, layers.csv) go."""
+        return Path(self.out_dir) / "pairs"
+
 
 def model_options(study: dict[str, Any], width: float) -> dict[str, Any]:
     options = {k: v for k, v in study["model"].items() if k != "name"}
-    options["width"] = int(width) if study["model"]["name"] == "mlp" else float(width)
+    options["width"] = get_model(study["model"]["name"]).width_value(width)
     return options
 
 
@@ -177,15 +180,37 @@ def load_job_result(job: dict, ctx: Context) -> dict[str, Any]:
     return read_json(ctx.jobs_dir() / f"{job['id']}.json")
 
 
-def _subset(n: int, k: int, seed: int) -> torch.Tensor:
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    return order[: min(n, k)].sort().values
+def pair_settings(job: dict[str, Any]):
+    """The :class:`lmc.pair.PairSettings` of a merge job: exactly what ``lmc interpolate`` /
+    ``lmc analyze`` build from the same settings given as flags."""
+    from lmc.pair import AnalysisOptions, PairSettings, PathSettings
+
+    merge, analysis, method = job["merge"], job["analysis"], job["method"]
+    return PairSettings(
+        align=method,
+        align_examples=merge["align_examples"],
+        align_options={"steps": merge["ste_steps"]} if method == "ste" else {},
+        seed=merge["align_seed"],
+        split=job["split"],
+        path=PathSettings(
+            lambdas=merge["lambdas"],
+            bn=merge["bn"],
+            seed=merge["align_seed"],
+            calibrate=merge["calibrate"],
+            calibration_seed=merge["calibration_seed"],
+        ),
+        analysis=AnalysisOptions(
+            lambdas=analysis["lambdas"], max_examples=analysis["max_examples"], bn=merge["bn"]
+        )
+        if analysis["enabled"]
+        else None,
+    )
 
 
 def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
-    """Align (unless method ``none``), evaluate the path, analyse layer by layer."""
-    from lmc.analysis import analyze
-    from lmc.metrics import evaluate_path
+    """Align (unless method ``none``), evaluate the path, analyse layer by layer (through
+    :func:`lmc.pair.run_pair`); the pair's files go to ``<out>/pairs/<job id>/``."""
+    from lmc.pair import run_pair, summary, write_pair
 
     store = RunStore(ctx.runs_dir)
     run_a, run_b = store.find(job["run_a"]), store.find(job["run_b"])
@@ -194,39 +219,10 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
     device = resolve_device(ctx.device)
     data = _dataset(run_a.config, ctx)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
-    x, y = data.split(job["split"])
-    merge, method = job["merge"], job["method"]
-    state_b, align_info = None, None
-    if method != "none":
-        from lmc.perm import align
-
-        idx = _subset(len(data.x_train), merge["align_examples"], merge["align_seed"]).to(
-            data.x_train.device
-        )
-        settings = {"steps": merge["ste_steps"]} if method == "ste" else {}
-        aligned = align(
-            method,
-            model_a,
-            model_b,
-            inputs=data.x_train[idx],
-            labels=data.y_train[idx],
-            seed=merge["align_seed"],
-            quiet=True,
-            **settings,
-        )
-        state_b, align_info = aligned.state_dict, aligned.info
-    path = evaluate_path(
-        model_a,
-        model_b,
-        x,
-        y,
-        merge["lambdas"],
-        bn=merge["bn"],
-        bn_inputs=data.x_train,
-        calibrate=merge["calibrate"],
-        calibration_seed=merge["calibration_seed"],
-        state_b=state_b,
-    )
+    pair = run_pair(model_a, model_b, data, pair_settings(job))
+    out = ctx.pairs_dir() / job["id"]
+    meta = {"run_a": str(run_a.path), "run_b": str(run_b.path), "labels": job["labels"]}
+    write_pair(pair, out, summary(pair, {**meta, "out": str(out)}), figures=False)
     result: dict[str, Any] = {
         "labels": job["labels"],
         "runs": {"a": run_a.name, "b": run_b.name},
@@ -234,29 +230,19 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
             run_a.metrics.get("final_test_accuracy"),
             run_b.metrics.get("final_test_accuracy"),
         ],
-        "path": path.to_dict(),
-        "barriers": path.barriers(),
-        "align": align_info,
+        "path": pair.path.to_dict(),
+        "barriers": pair.path.barriers(),
+        "align": pair.alignment,
     }
-    analysis = job["analysis"]
-    if analysis["enabled"]:
-        found = analyze(
-            model_a,
-            model_b,
-            x,
-            analysis["lambdas"],
-            max_examples=analysis["max_examples"],
-            state_b=state_b,
-            quiet=True,
-        )
-        result["layers"] = found.records
-        if method == "none":
+    if pair.analysis is not None:
+        result["layers"] = pair.analysis.records
+        if job["method"] == "none":
             result["moments"] = {
                 name: {k: v.tolist() for k, v in sides.items()}
-                for name, sides in found.moments.items()
+                for name, sides in pair.analysis.moments.items()
             }
             result["spectra"] = {
                 name: {k: v.tolist() for k, v in sides.items()}
-                for name, sides in found.spectra.items()
+                for name, sides in pair.analysis.spectra.items()
             }
     return result

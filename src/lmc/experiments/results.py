@@ -3,7 +3,7 @@
 Files written into the study's output folder:
 - ``results.csv`` (and ``results.parquet`` when pyarrow is installed): one row per
   (width, weight_decay, pair, method, lam) with the path metrics and, repeated on each row
-  of a path, its barriers (SCIENCE.md names; accuracy as a fraction);
+  of a path, its barriers (docs/science.md names; accuracy as a fraction);
 - ``layers.csv``: one row per (width, weight_decay, pair, method, lam, layer) with the
   layerwise analysis (``lmc.analysis`` record keys);
 - ``moments.json`` / ``spectra.json``: per-unit root second moments and singular values of

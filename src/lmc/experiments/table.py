@@ -57,7 +57,8 @@ def _barrier(column: str, mid: dict, a: dict | None, b: dict | None) -> float:
     return sign * (number(mid.get(key)) - 0.5 * ends)
 
 
-def _int_if_whole(value: float) -> float | int:
+def int_if_whole(value: float) -> float | int:
+    """``value`` as an int when it is a whole number (widths of MLPs print as 16, not 16.0)."""
     return int(value) if math.isfinite(value) and float(value).is_integer() else value
 
 
@@ -107,7 +108,7 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if pairs == 0:
             continue
         row: dict[str, Any] = {
-            "width": _int_if_whole(width),
+            "width": int_if_whole(width),
             "weight_decay": wd,
             "method": method,
             "pairs": pairs,

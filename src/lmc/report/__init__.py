@@ -5,7 +5,7 @@ present, ``study.json``, ``study.toml``, ``layers.csv``, ``moments.json``, ``spe
 ``table1.csv``, and writes ``report.md``, a self-contained ``report.html`` (figures embedded as
 base64 PNG data URIs) and ``figures/*.png``.
 
-Conventions (SCIENCE.md): θ(λ) = (1 − λ)θ_A + λθ_B, λ = 0 is A; accuracies are fractions in the
+Conventions (docs/science.md): θ(λ) = (1 − λ)θ_A + λθ_B, λ = 0 is A; accuracies are fractions in the
 data and percent in figures and tables; accuracy barriers are shown in percentage points and
 loss barriers in nats; mean ± std is over pairs with the sample std (ddof = 1).
 

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 from matplotlib.lines import Line2D
 
+from lmc.analysis import GAUSSIAN_RELU_LIMIT
+
 from .results import Results, is_close, mean_std
 from .style import (
-    GAUSSIAN_RELU_LIMIT,
     MODEL_COLOURS,
     REFERENCE,
     finish_axes,
@@ -54,7 +55,7 @@ class Skip:
 
 # ---- shared pieces --------------------------------------------------------------------------
 def width_label(res: Results) -> str:
-    if res.is_mlp:
+    if res.width_counts_units:
         return "width (hidden units per layer, log scale)"
     return "width multiplier (× base channels, log scale)"
 

@@ -25,9 +25,6 @@ from matplotlib.ticker import (
 
 DPI = 110
 
-# Theorem 5.4 of the width paper: cos(σ(u + v), σ(u) + σ(v)) -> (3/4 + 1/π)/√(1 + 1/π) ≈ 0.930
-# for u, v ~ N(0, I_d) as d grows (the same constant as lmc.analysis.theory).
-GAUSSIAN_RELU_LIMIT = (3 / 4 + 1 / math.pi) / math.sqrt(1 + 1 / math.pi)
 
 # method -> (colour, marker, label); Okabe–Ito palette.
 METHOD_STYLE = {

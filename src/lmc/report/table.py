@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from lmc.experiments.cells import method_sort_key, number
-from lmc.experiments.table import TABLE1_COLUMNS, _int_if_whole, table1
+from lmc.experiments.table import TABLE1_COLUMNS, int_if_whole, table1
 
 __all__ = ["TABLE1_COLUMNS", "merge_table1", "table1"]
 
@@ -31,7 +31,7 @@ def merge_table1(computed: list[dict[str, Any]], given: list[dict[str, Any]] | N
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
             base[column] = value
-        base["width"] = _int_if_whole(number(base["width"]))
+        base["width"] = int_if_whole(number(base["width"]))
         base.setdefault("pairs", 0)
         for column in TABLE1_COLUMNS[4:]:
             base.setdefault(column, math.nan)

@@ -2,7 +2,9 @@
 
 from .atomic import (
     atomic_path,
+    jsonable,
     load_tensors,
+    output_dir,
     read_json,
     save_tensors,
     write_json,
@@ -29,8 +31,10 @@ __all__ = [
     "atomic_path",
     "default_runs_dir",
     "is_finished",
+    "jsonable",
     "load_run",
     "load_tensors",
+    "output_dir",
     "read_json",
     "run_name",
     "save_tensors",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,10 +38,68 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+@contextmanager
+def output_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a fresh temporary folder beside ``path``; on success it replaces ``path`` whole.
+
+    Whatever was in ``path`` before (an earlier run's outputs) is replaced as one unit, so a
+    reader never sees new files beside stale ones, and on any error nothing is left behind:
+    ``path`` keeps its old contents. A ``path`` that exists and is not a folder, or a parent
+    that cannot be written (read-only, full disk), is an ``LmcError`` naming the path.
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise LmcError(f"{path} is a dangling symbolic link; give a folder for the output")
+    if path.exists() and not path.is_dir():
+        raise LmcError(f"{path} is a file, not a folder; give a folder for the output")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as exc:
+        raise LmcError(f"cannot write the output folder {path}: {exc.strerror or exc}") from exc
+    old = None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual permissions
+        if path.exists():
+            old = path.parent / f".{path.name}.{os.getpid()}.old"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not path.exists():
+            os.replace(old, path)  # put the earlier outputs back
+        if isinstance(exc, OSError):
+            raise LmcError(f"cannot write the output folder {path}: {exc.strerror or exc}") from exc
+        raise
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with tensors, numpy values and paths converted to JSON values, and non-finite
+    floats to ``None`` (JSON has no NaN)."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, np.integer, np.bool_)):
+        return jsonable(obj.item())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if hasattr(obj, "__fspath__"):
+        return str(obj)
+    return obj
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -1,0 +1,122 @@
+"""A pair's files: ``curve.csv``, ``summary.json``, ``path.png`` and the analysis' files.
+
+``summary(result)`` is the JSON object ``lmc interpolate --json`` / ``lmc analyze --json``
+print and ``summary.json`` holds; ``write_pair`` writes the folder whole or not at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+from lmc.metrics import PER_LAMBDA_KEYS, PathResult
+from lmc.store import jsonable, output_dir, write_json, write_text
+
+from .figures import plot_path
+from .pipeline import PairResult
+
+CURVE_FILE, SUMMARY_FILE, PATH_FIGURE = "curve.csv", "summary.json", "path.png"
+
+
+def path_summary(path: PathResult) -> dict[str, Any]:
+    """The per-λ curve, every barrier and how the path was measured (no metadata)."""
+    return {
+        **path.curves(),
+        **path.barriers(),
+        "bn": path.bn,
+        "method": path.method,
+        "calibrate": path.calibrate,
+        "calibration_seed": path.calibration_seed,
+        "calibration_fraction": path.calibration_fraction,
+        "num_examples": path.num_examples,
+        "num_calibration": path.num_calibration,
+        "num_heldout": path.num_heldout,
+        "added_lambdas": path.added_lambdas,
+        "calibration_at_bound": path.calibration_at_bound,
+        "ensemble_calibration_at_bound": path.ensemble_calibration_at_bound,
+    }
+
+
+def summary(result: PairResult, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON-ready summary of a pair: the path's keys (curve, barriers, calibration), the
+    alignment (``align``, ``align_info``), the analysis (``layers``, ``settings``, ``theory``)
+    when run, and ``meta`` (runs, model, dataset, environment, ...) added at the top level.
+    Without a path (``lmc analyze``) the alignment is recorded in ``settings``."""
+    settings = result.settings
+    out: dict[str, Any] = {}
+    if result.path is not None:
+        out.update(align=settings.align, align_info=result.alignment)
+        out.update(split=settings.split, seed=settings.seed)
+        out.update(path_summary(result.path), baseline=None)
+    if result.baseline is not None:
+        out["baseline"] = {
+            "kind": settings.baseline,
+            "seed": settings.seed,
+            "filter_normalize": False,
+            **result.baseline.curves(),
+            **result.baseline.barriers(),
+        }
+    if result.analysis is not None:
+        analysis = result.analysis
+        out["layers"] = analysis.records
+        out["settings"] = {
+            **analysis.settings,
+            "split": settings.split,
+            "align": settings.align,
+            "seed": settings.seed,
+        }
+        if result.path is None:
+            out["settings"]["align_info"] = result.alignment
+        out["theory"] = analysis.theory(seed=settings.seed)
+    out.update(meta or {})
+    return jsonable(out)
+
+
+def curve_csv(result: PairResult) -> str:
+    """``curve.csv``: one row per (path, λ) with every per-λ metric (empty when not computed)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["path", "lambda", *PER_LAMBDA_KEYS])
+    paths = {"interpolation": result.path, "random-direction": result.baseline}
+    for name, path in paths.items():
+        for row in path.rows() if path is not None else []:
+            values = ["" if row[k] is None else repr(float(row[k])) for k in PER_LAMBDA_KEYS]
+            writer.writerow([name, repr(float(row["lambda"])), *values])
+    return buf.getvalue()
+
+
+def write_pair(
+    result: PairResult,
+    out: str | os.PathLike,
+    summary_data: dict[str, Any] | None = None,
+    *,
+    figures: bool = True,
+    title: str = "",
+) -> list[Path]:
+    """Write the pair's files into folder ``out`` (replaced whole; nothing left on failure).
+
+    Path: ``curve.csv`` and ``path.png``; analysis: ``layers.csv``, ``units.safetensors`` and
+    its figures (``lmc.analysis.output.write_results``); always ``summary.json``, holding
+    ``summary_data`` (default: :func:`summary` of ``result``). Returns the paths written.
+    """
+    out = Path(out)
+    data = summary(result, {"out": str(out)}) if summary_data is None else summary_data
+    names: list[str] = []
+    with output_dir(out) as tmp:
+        if result.path is not None:
+            write_text(tmp / CURVE_FILE, curve_csv(result))
+            names.append(CURVE_FILE)
+            if figures:
+                plot_path(tmp / PATH_FIGURE, result.path, result.baseline, title)
+                names.append(PATH_FIGURE)
+        if result.analysis is not None:
+            from lmc.analysis.output import write_results
+
+            written = write_results(result.analysis, tmp, data, figures=figures)
+            names.extend(p.name for p in written if p.name != SUMMARY_FILE)
+        write_json(tmp / SUMMARY_FILE, data)
+        names.append(SUMMARY_FILE)
+    return [out / name for name in names]

@@ -1,0 +1,139 @@
+"""One pair end to end: align B onto A, evaluate the path θ(λ) = (1 − λ)θ_A + λθ_B, analyse it.
+
+``run_pair`` is what ``lmc interpolate``, ``lmc analyze`` and a sweep's merge job all call, so
+the same :class:`PairSettings` give the same numbers wherever they come from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmc.data import Dataset
+from lmc.merge import bn_aware_merge, resolve_bn_mode
+from lmc.metrics import PathResult, evaluate_path, random_direction_state
+from lmc.models import check_same_architecture
+
+from .settings import PairSettings
+
+
+@dataclass
+class PairResult:
+    """What :func:`run_pair` measured.
+
+    ``path``: the path metrics (``None`` if not asked); ``baseline``: the random-direction
+    path (``None`` unless asked); ``alignment``: the alignment's info (method, objective before
+    and after, moved fractions, ...; ``None`` for ``align = none``) and ``perm`` its
+    permutation of B (group -> index tensor, new unit i = old unit p[i]); ``analysis``: the
+    layerwise analysis (an :class:`lmc.analysis.AnalysisResult`, or ``None``).
+    """
+
+    settings: PairSettings
+    path: PathResult | None = None
+    baseline: PathResult | None = None
+    alignment: dict[str, Any] | None = None
+    perm: dict[str, torch.Tensor] | None = None
+    analysis: Any = None
+
+
+def alignment_examples(data: Dataset, count: int | None, seed: int) -> tuple[torch.Tensor, ...]:
+    """``(x, y)``: ``count`` training examples drawn at random with ``seed`` (kept in their
+    original order), or the whole training split for ``count`` = ``None``."""
+    n = len(data.x_train)
+    if count is None or count >= n:
+        return data.x_train, data.y_train
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    index = order[:count].sort().values.to(data.x_train.device)
+    return data.x_train[index], data.y_train[index]
+
+
+def align_pair(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    data: Dataset,
+    settings: PairSettings,
+    *,
+    quiet: bool = True,
+):
+    """B permuted onto A as ``settings`` ask (an :class:`lmc.perm.AlignResult`), or ``None``."""
+    if settings.align == "none":
+        return None
+    from lmc.perm import align
+
+    x, y = alignment_examples(data, settings.align_examples, settings.seed)
+    return align(
+        settings.align,
+        model_a,
+        model_b,
+        inputs=x,
+        labels=y,
+        seed=settings.seed,
+        quiet=quiet,
+        **settings.align_options,
+    )
+
+
+def run_pair(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    data: Dataset,
+    settings: PairSettings | None = None,
+    *,
+    quiet: bool = True,
+) -> PairResult:
+    """Align (optionally), evaluate the path and analyse the pair (A at λ = 0, B at λ = 1).
+
+    ``data``: the dataset both models were trained on; the path and analysis are measured on
+    ``settings.split`` (its first ``settings.max_examples`` examples), BatchNorm is reset and
+    alignment statistics are read on its training split. Neither model is changed.
+    """
+    settings = settings or PairSettings()
+    check_same_architecture(model_a, model_b)
+    x, y = data.split(settings.split)
+    if settings.max_examples is not None:
+        x, y = x[: settings.max_examples], y[: settings.max_examples]
+    result = PairResult(settings)
+    aligned = align_pair(model_a, model_b, data, settings, quiet=quiet)
+    state_b = None
+    if aligned is not None:
+        state_b, result.alignment, result.perm = aligned.state_dict, aligned.info, aligned.perm
+    if settings.path is not None:
+        result.path = evaluate_path(
+            model_a, model_b, x, y, settings.path, state_b=state_b, bn_inputs=data.x_train
+        )
+    if settings.baseline == "random-direction":
+        result.baseline = _random_direction_path(model_a, model_b, x, y, data, settings, state_b)
+    if settings.analysis is not None:
+        from lmc.analysis import analyze
+
+        options = settings.analysis
+        result.analysis = analyze(
+            model_a,
+            model_b,
+            x,
+            list(options.lambdas),
+            batch_size=options.batch_size,
+            max_examples=options.max_examples,
+            state_b=state_b,
+            merge_fn=bn_aware_merge(model_a, model_b, options.bn, data.x_train, state_b=state_b),
+            quiet=quiet,
+        )
+        result.analysis.settings["bn"] = resolve_bn_mode(model_a, options.bn)
+    return result
+
+
+def _random_direction_path(model_a, model_b, x, y, data, settings, state_b):
+    """A → B' = A + ‖B − A‖u for a random unit direction u seeded by ``settings.seed``."""
+    from dataclasses import replace
+
+    sb = state_b if state_b is not None else model_b.state_dict()
+    names = [n for n, _ in model_a.named_parameters()]
+    direction = random_direction_state(
+        model_a.state_dict(), sb, settings.seed, parameter_names=names
+    )
+    # B' carries A's BatchNorm statistics, which do not fit its weights: reset its end too
+    path = replace(settings.path, reset_endpoints=True)
+    return evaluate_path(model_a, None, x, y, path, state_b=direction, bn_inputs=data.x_train)

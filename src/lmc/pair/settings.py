@@ -1,0 +1,92 @@
+"""What a pair study is asked to do: the alignment, the path and the layerwise analysis."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmc.config import LmcError
+from lmc.merge import BN_MODES
+from lmc.metrics import PathSettings
+
+ALIGN_METHODS = ("none", "weight", "activation", "ste", "random")
+BASELINES = ("none", "random-direction")
+SPLITS = ("test", "train")
+
+
+def _positive_or_none(name: str, value: int | None, minimum: int = 1) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise LmcError(f"{name} must be an integer, got {value!r}")
+    if value is not None and value < minimum:
+        raise LmcError(f"{name} must be at least {minimum}, got {value}")
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """The layerwise analysis at each of ``lambdas`` (see :func:`lmc.analysis.analyze`), streamed
+    over at most ``max_examples`` examples of the split (``None``: all) in batches of
+    ``batch_size``; ``bn``: the merged model's BatchNorm statistics (auto = reset when the model
+    has BatchNorm, reset, repair, none), as in the path."""
+
+    lambdas: Sequence[float] = (0.5,)
+    max_examples: int | None = None
+    batch_size: int = 256
+    bn: str = "auto"
+
+    def __post_init__(self) -> None:
+        values = [self.lambdas] if isinstance(self.lambdas, (int, float)) else list(self.lambdas)
+        if not values or not all(
+            isinstance(v, (int, float)) and math.isfinite(v) and 0.0 <= v <= 1.0 for v in values
+        ):
+            raise LmcError(f"analysis lambdas must be numbers in [0, 1], got {values!r}")
+        object.__setattr__(self, "lambdas", tuple(float(v) for v in values))
+        _positive_or_none("analysis max_examples", self.max_examples)
+        _positive_or_none("analysis batch_size", self.batch_size)
+        if self.bn not in BN_MODES:
+            raise LmcError(f"unknown BatchNorm mode {self.bn!r}: choose {', '.join(BN_MODES)}")
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """Everything that changes a pair's numbers, wherever it is run from (CLI or sweep).
+
+    ``align``: permute B onto A first (none, weight, activation, ste, random) with
+    ``align_options`` (the method's settings, :data:`lmc.perm.alignment.SETTINGS`);
+    activation matching and STE read ``align_examples`` training examples drawn at random
+    with ``seed`` (``None``: the whole training split). ``seed`` also seeds weight matching's
+    visiting order, STE's batches, the random permutation, the BatchNorm-reset batches and
+    the random direction. ``split``: where the path and the analysis are measured;
+    ``max_examples``: only the first N examples of it. ``path``: how the path is evaluated
+    (:class:`lmc.metrics.PathSettings`); ``baseline``: ``random-direction`` also evaluates
+    A → A + ‖B − A‖u for a seeded random unit direction u (a flatness control).
+    ``path`` / ``analysis``: ``None`` skips that part.
+    """
+
+    align: str = "none"
+    align_examples: int | None = 2000
+    align_options: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    split: str = "test"
+    max_examples: int | None = None
+    path: PathSettings | None = field(default_factory=PathSettings)
+    baseline: str = "none"
+    analysis: AnalysisOptions | None = None
+
+    def __post_init__(self) -> None:
+        if self.align not in ALIGN_METHODS:
+            raise LmcError(
+                f"unknown alignment method {self.align!r}: choose one of {', '.join(ALIGN_METHODS)}"
+            )
+        if self.split not in SPLITS:
+            raise LmcError(f"split must be test or train, got {self.split!r}")
+        _positive_or_none("align_examples", self.align_examples)
+        _positive_or_none("max_examples", self.max_examples, minimum=2)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise LmcError(f"seed must be an integer, got {self.seed!r}")
+        if self.baseline not in BASELINES:
+            raise LmcError(f"unknown baseline {self.baseline!r}: choose {', '.join(BASELINES)}")
+        if self.baseline != "none" and self.path is None:
+            raise LmcError("a path baseline needs the path evaluated")
+        object.__setattr__(self, "align_options", dict(self.align_options))
