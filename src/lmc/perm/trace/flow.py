@@ -1,0 +1,314 @@
+"""Handlers of ops without weights: how a value's layout flows through them.
+
+- elementwise ops carry the layout; one that combines several permuted values *unites* their
+  groups (a residual stream shares one permutation), a state tensor broadcast against them
+  (``x * self.scale``) is bound to the group, any other fixed tensor freezes it;
+- pooling, padding and resizing over the spatial dims of ``(N, C, ...)`` carry it;
+- reshapes (flatten, view, reshape, unflatten, squeeze) carry it while channels stay whole,
+  multiplying a segment's ``repeat`` when positions are folded in (a Linear after flattening
+  ``(C, H, W)`` reads index ``c * H * W + s``); ``expand``, ``transpose`` and ``permute``
+  and indexing that keeps the unit dim whole move it to another dim;
+- a reduction over the unit dim gives an unpermuted value (a sum ignores order);
+- ``cat`` along the unit dim concatenates segments.
+
+A derived value of a state tensor (``self.p[0]``, ``self.p.view(...)``) fixes the tensor: the
+value would not follow a permutation of it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torch import fx
+
+from .state import Layout, Seg, TraceState
+from .tables import METADATA_ATTRS
+
+
+# ---- elementwise -----------------------------------------------------------------------------
+def pointwise(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
+    """An op applied position by position to broadcast ``operands``."""
+    out = st.shape(node)
+    operands = [o for o in operands if st.shape(o) is not None]
+    if out is None:
+        return st.unknown(node, "gives a non-tensor result")
+    nd = len(out)
+    permuted, plain = [], []
+    for op in operands:
+        lay = st.layout(op)
+        if lay is not None:
+            permuted.append((op, lay.dim + nd - len(st.shape(op)), lay.segs))
+        else:
+            plain.append(op)
+    if not permuted:
+        for op in plain:
+            st.fix_leaf(op)
+        st.env[node] = None
+        return
+    dims = {e for _, e, _ in permuted}
+    segs = permuted[0][2]
+    ok = len(dims) == 1 and all(st.unify(segs, s) for _, _, s in permuted[1:])
+    e = permuted[0][1]
+    if ok:
+        for op in plain:
+            shp = st.shape(op)
+            k = e - (nd - len(shp))
+            if k < 0 or shp[k] == 1:
+                st.fix_leaf(op)  # broadcast along the units: one value for all of them
+            elif op in st.leaf:
+                name = st.leaf[op]
+                for a in range(len(shp)):
+                    st.bind(name, a, segs if a == k else None)
+            else:
+                if st.live_groups(segs):
+                    st.warn(node, "combines permuted channels with a fixed tensor")
+                ok = False
+    if not ok or out[e] != sum(s.extent for s in segs):
+        for _, _, s in permuted:
+            st.freeze_segs(s)
+        for op in plain:
+            st.fix_leaf(op)
+        st.env[node] = None
+        return
+    st.env[node] = Layout(e, segs)
+
+
+def pointwise_module(st: TraceState, node: fx.Node) -> None:
+    """An activation, softmax, dropout or identity module."""
+    pointwise(st, node, [st.first_arg(node)])
+
+
+def pointwise_op(st: TraceState, node: fx.Node) -> None:
+    """An elementwise function or method over all its tensor arguments."""
+    pointwise(st, node, st.tensor_inputs(node))
+
+
+def data_first(st: TraceState, node: fx.Node) -> None:
+    """``x.to(y)`` / ``x.type_as(y)``: ``y`` gives only a dtype or device."""
+    pointwise(st, node, [node.args[0]])
+
+
+# ---- spatial ops -----------------------------------------------------------------------------
+def spatial(st: TraceState, node: fx.Node, x: Any) -> None:
+    """Pooling, padding or resizing of the spatial dims of an ``(N, C, ...)`` map."""
+    xs, out, lay = st.shape(x), st.shape(node), st.layout(x)
+    if lay is None:
+        st.unpermuted(node, x)
+    elif (
+        out is not None
+        and lay.dim == 1
+        and len(xs) >= 3
+        and len(out) == len(xs)
+        and out[1] == xs[1]
+    ):
+        st.env[node] = lay
+    else:
+        st.unknown(node, "pools over the channel dimension")
+
+
+def spatial_module(st: TraceState, node: fx.Node) -> None:
+    """A pooling, padding or upsampling module."""
+    if getattr(st.module(node), "return_indices", False):
+        return st.unknown(node, "returns pooling indices")
+    spatial(st, node, st.first_arg(node))
+
+
+def spatial_function(st: TraceState, node: fx.Node) -> None:
+    """A pooling, padding or interpolation function (a tuple result is refused)."""
+    spatial(st, node, node.args[0])
+
+
+# ---- shape ops -------------------------------------------------------------------------------
+def reshape_layout(
+    in_shape: tuple[int, ...], out_shape: tuple[int, ...], lay: Layout
+) -> Layout | None:
+    """Where a reshape moves the units of dim ``lay.dim``; ``None`` if it cuts a unit apart.
+
+    With ``R_in`` the product of the input dims after the channel dim and ``R_out`` that of
+    the output dims after the dim ``e`` that starts at the same flat offset, index
+    ``(u * r + t) * R_in + rest`` lands at ``u * (r * R_in / R_out) + ...`` along ``e``: units
+    stay whole iff ``R_out`` divides ``r * R_in`` for every segment (and its offset). No such
+    ``e`` (``x.flatten()`` folds the batch in) is not understood either.
+    """
+    d = lay.dim
+    prefix = math.prod(in_shape[:d])
+    r_in = math.prod(in_shape[d + 1 :])
+    for e in range(len(out_shape)):
+        if math.prod(out_shape[:e]) != prefix:
+            continue
+        if out_shape[e] == 1 and in_shape[d] != 1:
+            continue
+        r_out = math.prod(out_shape[e + 1 :])
+        if any((s.repeat * r_in) % r_out for s in lay.segs):
+            return None
+        segs = tuple(Seg(s.group, s.size, s.repeat * r_in // r_out) for s in lay.segs)
+        return Layout(e, segs)
+    return None
+
+
+def reshape(st: TraceState, node: fx.Node) -> None:
+    """``flatten``, ``view``, ``reshape``, ``unflatten``, ``squeeze``, ``unsqueeze`` (function,
+    method or ``nn.Flatten`` / ``nn.Unflatten``)."""
+    x = st.first_arg(node)
+    lay = st.layout(x)
+    if lay is None:
+        return st.unpermuted(node, x)
+    new = reshape_layout(st.shape(x), st.shape(node), lay)
+    if new is None:
+        st.unknown(node, "reshapes the channel dimension into pieces")
+    else:
+        st.env[node] = new
+
+
+def expand(st: TraceState, node: fx.Node) -> None:
+    """``x.expand(...)`` / ``x.expand_as(y)``: broadcasts size-1 dims, may add leading ones."""
+    x = node.args[0]
+    xs, out, lay = st.shape(x), st.shape(node), st.layout(x)
+    if lay is None:
+        return st.unpermuted(node, x)
+    e = lay.dim + len(out) - len(xs)
+    if out[e] == xs[lay.dim]:
+        st.env[node] = Layout(e, lay.segs)
+    else:
+        st.unknown(node)
+
+
+def _move_dim(st: TraceState, node: fx.Node, order: Any) -> None:
+    """The unit dim moves to where ``order`` (dim indices, or ``None``: not understood)
+    puts it."""
+    x = node.args[0]
+    lay = st.layout(x)
+    if lay is None:
+        return st.unpermuted(node, x)
+    if order is None or not all(isinstance(d, int) for d in order):
+        return st.unknown(node)
+    nd = len(st.shape(x))
+    st.env[node] = Layout([d % nd for d in order].index(lay.dim), lay.segs)
+
+
+def permute(st: TraceState, node: fx.Node) -> None:
+    """``x.permute(2, 0, 1)`` / ``x.permute((2, 0, 1))`` / ``torch.permute(x, dims)``."""
+    dims = node.args[1:] or (node.kwargs.get("dims"),)
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = dims[0]
+    _move_dim(st, node, list(dims))
+
+
+def transpose(st: TraceState, node: fx.Node) -> None:
+    """``transpose`` / ``swapaxes`` / ``swapdims`` of two dims."""
+    dims = node.args[1:]
+    shape = st.shape(node.args[0])
+    if len(dims) != 2 or not all(isinstance(d, int) for d in dims) or shape is None:
+        return _move_dim(st, node, None)
+    order = list(range(len(shape)))
+    a, b = dims[0] % len(shape), dims[1] % len(shape)
+    order[a], order[b] = order[b], order[a]
+    _move_dim(st, node, order)
+
+
+def reduce(st: TraceState, node: fx.Node) -> None:
+    """``mean``, ``sum``, ``amax``, ...: over the unit dim the result is unpermuted; over other
+    dims the units move down by the number of reduced dims before them (unless keepdim)."""
+    x, dim = node.args[0], st.arg(node, 1, "dim", None)
+    xs, out, lay = st.shape(x), st.shape(node), st.layout(x)
+    dims = [] if dim is None else [dim] if not isinstance(dim, (list, tuple)) else list(dim)
+    if not all(isinstance(d, int) for d in dims) or out is None:
+        return st.unknown(node)  # over computed dims
+    if lay is None or not dims:
+        return st.unpermuted(node, x)  # a full reduction ignores the order of units
+    dims = [d % len(xs) for d in dims]
+    if lay.dim in dims:
+        st.env[node] = None  # summing over units: order does not matter
+        return
+    new_dim = lay.dim - sum(d < lay.dim for d in dims) if len(out) < len(xs) else lay.dim
+    if out[new_dim] != xs[lay.dim]:
+        return st.unknown(node)
+    st.env[node] = Layout(new_dim, lay.segs)
+
+
+def cat(st: TraceState, node: fx.Node) -> None:
+    """``torch.cat(tensors, dim)``: along the unit dim the segments of the pieces follow one
+    another (an unpermuted piece is a fixed block); along another dim all pieces must share
+    one layout, as in an elementwise op."""
+    tensors = list(node.args[0])
+    dim = st.arg(node, 1, "dim", None)
+    if dim is None:
+        dim = node.kwargs.get("axis", 0)
+    out = st.shape(node)
+    if out is None or not isinstance(dim, int) or any(st.shape(t) is None for t in tensors):
+        return st.unknown(node)
+    dim %= len(out)
+    lays = [st.layout(t) for t in tensors]
+    if all(lay is None for lay in lays):
+        for t in tensors:
+            st.fix_leaf(t)
+        st.env[node] = None
+        return
+    if all(lay is None or lay.dim == dim for lay in lays):
+        segs: list[Seg] = []
+        for t, lay in zip(tensors, lays):
+            if lay is None:
+                st.fix_leaf(t)
+                segs.append(Seg(None, st.shape(t)[dim], 1))
+            else:
+                segs.extend(lay.segs)
+        st.env[node] = Layout(dim, tuple(segs))
+        return
+    pointwise(st, node, tensors)
+
+
+def getitem(st: TraceState, node: fx.Node) -> None:
+    """``x[...]`` with ints, full or partial slices, ``None`` and ``...``: the unit dim must be
+    kept whole (``:``); an int there, a partial slice or a tensor index is not understood.
+    Indexing a tuple or a shape gives an unpermuted value."""
+    x, index = node.args[0], node.args[1]
+    lay = st.layout(x)
+    if lay is None:
+        return st.unpermuted(node, x)
+    xs = st.shape(x)
+    idx = index if isinstance(index, tuple) else (index,)
+    if any(
+        isinstance(i, fx.Node) or not isinstance(i, (int, slice, type(None), type(Ellipsis)))
+        for i in idx
+    ):
+        return st.unknown(node, "indexes with a tensor")
+    consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    i_in, i_out, new_dim = 0, 0, None
+    for item in idx:
+        if item is None:
+            i_out += 1
+        elif item is Ellipsis:
+            for _ in range(len(xs) - consumed):
+                if i_in == lay.dim:
+                    new_dim = i_out
+                i_in += 1
+                i_out += 1
+        elif isinstance(item, int):
+            if i_in == lay.dim:
+                return st.unknown(node, "selects single channels")
+            i_in += 1
+        else:
+            if i_in == lay.dim:
+                if (item.start, item.stop, item.step) != (None, None, None):
+                    return st.unknown(node, "slices the channel dimension")
+                new_dim = i_out
+            i_in += 1
+            i_out += 1
+    if new_dim is None:
+        new_dim = lay.dim - i_in + i_out
+    st.env[node] = Layout(new_dim, lay.segs)
+
+
+# ---- metadata --------------------------------------------------------------------------------
+def metadata(st: TraceState, node: fx.Node) -> None:
+    """``x.size()``, ``x.dim()``, ...: the result does not depend on the order of units."""
+    st.env[node] = None
+
+
+def getattr_(st: TraceState, node: fx.Node) -> None:
+    """``x.shape`` / ``x.dtype`` / ...: metadata; any other attribute is not understood."""
+    if len(node.args) > 1 and node.args[1] in METADATA_ATTRS:
+        st.env[node] = None
+    else:
+        st.unknown(node)

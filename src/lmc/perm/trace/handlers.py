@@ -1,0 +1,118 @@
+"""The handler table and its one dispatch.
+
+Every op the tracer understands has one entry in :data:`HANDLERS`: a module type (matched
+along the module's class hierarchy, so subclasses of a known module are known too) or a
+function / method name (``torch.flatten(x)``, ``x.flatten()`` and ``F.relu`` are found by
+their names). :func:`dispatch` looks the node up and calls its handler; a node without one is
+not understood: the groups that flow into it stay unpermuted, with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from torch import fx, nn
+
+from . import flow, layers
+from .state import TraceState
+from .tables import (
+    ACTIVATION_MODULES,
+    CATS,
+    CHANNEL_NORMS,
+    CONV_FUNCTIONS,
+    CONV_TRANSPOSES,
+    CONVS,
+    DATA_FIRST_ONLY,
+    EXPANDS,
+    FUNCTION_MODULES,
+    LAST_DIMS_NORMS,
+    MATMULS,
+    METADATA,
+    PERMUTES,
+    POINTWISE,
+    REDUCTIONS,
+    RESHAPE_MODULES,
+    RESHAPES,
+    SPATIAL_FUNCTIONS,
+    SPATIAL_MODULES,
+    TRANSPOSES,
+)
+
+Handler = Callable[[TraceState, fx.Node], None]
+Key = type | str
+
+
+def _table(*groups: tuple[Iterable[Key], Handler]) -> dict[Key, Handler]:
+    table: dict[Key, Handler] = {}
+    for keys, handler in groups:
+        for key in keys:
+            if key in table:
+                raise ValueError(f"two handlers for {key!r}")
+            table[key] = handler
+    return table
+
+
+HANDLERS: dict[Key, Handler] = _table(
+    # modules, by type
+    ((nn.Linear,), layers.linear_module),
+    (CONVS, layers.conv_module),
+    (CONV_TRANSPOSES, layers.conv_transpose_module),
+    ((nn.Embedding,), layers.embedding_module),
+    (CHANNEL_NORMS, layers.channel_norm_module),
+    ((nn.GroupNorm,), layers.group_norm_module),
+    (LAST_DIMS_NORMS, layers.layer_norm_module),
+    ((nn.PReLU,), layers.prelu_module),
+    (ACTIVATION_MODULES, flow.pointwise_module),
+    (SPATIAL_MODULES, flow.spatial_module),
+    (RESHAPE_MODULES, flow.reshape),
+    # functions and methods, by name
+    (("linear",), layers.linear_function),
+    (CONV_FUNCTIONS, layers.conv_function),
+    (MATMULS, layers.matmul),
+    (("layer_norm",), layers.layer_norm_function),
+    (("batch_norm",), layers.batch_norm_function),
+    (POINTWISE, flow.pointwise_op),
+    (DATA_FIRST_ONLY, flow.data_first),
+    (SPATIAL_FUNCTIONS, flow.spatial_function),
+    (RESHAPES, flow.reshape),
+    (EXPANDS, flow.expand),
+    (PERMUTES, flow.permute),
+    (TRANSPOSES, flow.transpose),
+    (REDUCTIONS, flow.reduce),
+    (CATS, flow.cat),
+    (("getitem",), flow.getitem),
+    (("getattr",), flow.getattr_),
+    (METADATA, flow.metadata),
+)
+
+
+def function_name(target: Any) -> str | None:
+    """The name of a torch / operator / builtins / math function, else ``None`` (unknown)."""
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", None)
+    if name is None or module.split(".")[0] not in FUNCTION_MODULES:
+        return None
+    return name
+
+
+def handler_for(st: TraceState, node: fx.Node) -> Handler | None:
+    """The handler of a ``call_module``, ``call_function`` or ``call_method`` node."""
+    if node.op == "call_module":
+        for cls in type(st.module(node)).__mro__:
+            if cls in HANDLERS:
+                return HANDLERS[cls]
+        return None
+    name = function_name(node.target) if node.op == "call_function" else node.target
+    return HANDLERS.get(name)
+
+
+def dispatch(st: TraceState, node: fx.Node) -> None:
+    """Follow ``node`` with its handler, or leave what flows into it unpermuted."""
+    handler = handler_for(st, node)
+    if handler is not None:
+        handler(st, node)
+    elif node.op == "call_module":
+        st.unknown(node, f"is a module of unknown type {type(st.module(node)).__name__}")
+    else:
+        st.unknown(node)

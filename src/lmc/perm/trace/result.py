@@ -1,0 +1,62 @@
+"""Building the result of a walk: the :class:`PermutationSpec` and the layer records.
+
+Each union-find root that is not frozen and has at least two units becomes one permutation,
+named after the layer that opened it (``fc1``, ``stage1.0.conv2``; ``#2``, ``#3`` ... where
+two groups would share a name). Every axis bound to no group, or to frozen ones only, is
+``None`` in the spec; an axis of a fixed block keeps its segment with ``perm=None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..spec import PermutationSpec, Segment
+from .state import UNBOUND, LayerRecord, Seg, TraceState
+
+
+@dataclass
+class TraceResult:
+    """The derived spec plus what activation matching needs: where each weight reads/writes."""
+
+    spec: PermutationSpec
+    consumers: list[LayerRecord] = field(default_factory=list)
+    producers: list[LayerRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class _GroupNames:
+    """Names of the live groups, assigned in the order they are first asked for."""
+
+    def __init__(self, st: TraceState) -> None:
+        self.uf = st.uf
+        self.names: dict[int, str] = {}
+        self.used: set[str] = set()
+
+    def __call__(self, group: int | None) -> str | None:
+        if group is None:
+            return None
+        r = self.uf.find(group)
+        if self.uf.frozen[r] or self.uf.size[r] < 2:
+            return None
+        if r not in self.names:
+            base = self.uf.name[r]
+            label, k = base, 2
+            while label in self.used:
+                label, k = f"{base}#{k}", k + 1
+            self.used.add(label)
+            self.names[r] = label
+        return self.names[r]
+
+
+def build_result(st: TraceState) -> TraceResult:
+    """The spec of every floating state tensor, from the bindings the walk left in ``st``."""
+    name_of = _GroupNames(st)
+
+    def entry(segs: tuple[Seg, ...] | None | object) -> list[Segment] | None:
+        if segs is UNBOUND or segs is None:
+            return None
+        return [Segment(name_of(s.group), s.size, s.repeat) for s in segs]
+
+    axes = {name: [entry(segs) for segs in st.bind_map[st.alias[name]]] for name in st.shapes}
+    spec = PermutationSpec(axes, st.shapes)
+    return TraceResult(spec, st.consumers, st.producers, list(st.messages))

@@ -1,0 +1,94 @@
+"""The walk: trace the model, give every value a shape, visit the graph's nodes in order.
+
+``placeholder`` nodes (the inputs) are never permuted; ``get_attr`` nodes that read a state
+tensor become *leaves* that later ops may bind; every call goes through
+:func:`.handlers.dispatch`; the ``output`` node freezes every group that reaches it (the
+model's outputs keep their order) and fixes any state tensor returned as is.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+from lmc.config import LmcError
+from lmc.models import eval_mode
+
+from ..spec import PermutationSpec
+from .handlers import dispatch
+from .result import TraceResult, build_result
+from .state import TraceState
+
+
+def _symbolic_trace(model: nn.Module) -> fx.GraphModule:
+    try:
+        return fx.symbolic_trace(model)
+    except Exception as exc:  # noqa: BLE001 - fx raises many kinds of errors
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise LmcError(
+            f"torch.fx could not trace {type(model).__name__} ({first}); write the "
+            "permutation spec by hand with lmc.perm.PermutationSpec.from_dict"
+        ) from exc
+
+
+def _propagate_shapes(model: nn.Module, gm: fx.GraphModule, inputs: tuple[Any, ...]) -> None:
+    """Run ``gm`` once so each node's ``tensor_meta`` holds its value's shape; in eval mode
+    (no running-statistics update, deterministic dropout) with every flag restored after."""
+    try:
+        with eval_mode(model), torch.no_grad():
+            ShapeProp(gm).propagate(*inputs)
+    except Exception as exc:  # noqa: BLE001
+        raise LmcError(
+            f"running {type(model).__name__} on the example input failed ({exc}); pass an "
+            "input batch of the shape the model expects"
+        ) from exc
+
+
+def walk(st: TraceState) -> None:
+    """Visit every node of ``st.gm`` in order, updating ``st``."""
+    for node in st.gm.graph.nodes:
+        if node.op == "placeholder":
+            st.env[node] = None
+        elif node.op == "get_attr":
+            if node.target in st.alias:
+                st.leaf[node] = node.target
+            st.env[node] = None
+        elif node.op == "output":
+            for inp in st.tensor_inputs(node):
+                lay = st.layout(inp)
+                st.freeze_segs(lay.segs if lay is not None else None)
+                st.fix_leaf(inp)
+        else:
+            dispatch(st, node)
+
+
+def trace_model(model: nn.Module, example_input: Any) -> TraceResult:
+    """Trace ``model`` on ``example_input`` (a tensor or a tuple of tensors); derive its spec.
+
+    The model's train/eval flags and weights are left as they were (it runs once in eval
+    mode under ``no_grad``). Warnings name the nodes that left groups unpermuted.
+    """
+    inputs = example_input if isinstance(example_input, tuple) else (example_input,)
+    gm = _symbolic_trace(model)
+    _propagate_shapes(model, gm, inputs)
+    st = TraceState(gm, model.state_dict(keep_vars=True))
+    walk(st)
+    result = build_result(st)
+    for message in result.warnings:
+        warnings.warn(message, stacklevel=3)
+    return result
+
+
+def spec_from_model(model: nn.Module, example_input: Any) -> PermutationSpec:
+    """The :class:`PermutationSpec` of ``model``, derived by tracing it with ``torch.fx``.
+
+    ``example_input``: a small batch (two rows suffice) of what the model takes. Every
+    floating parameter and buffer is in the spec; groups the tracer cannot prove safe are left
+    unpermuted with a warning, so ``apply_permutation`` with any permutation of this spec
+    leaves the model's function unchanged.
+    """
+    return trace_model(model, example_input).spec
