@@ -1,11 +1,22 @@
-"""Softmax temperature calibration."""
+"""Softmax temperature calibration: the beta search, and the split / cross-fitted subsets."""
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from lmc.config import LmcError
-from lmc.metrics import BETA_MAX, cross_entropy_at, fit_inverse_temperature
+from lmc.metrics import (
+    AUTO_MIN_CALIBRATION,
+    BETA_MAX,
+    at_bound,
+    cross_entropy_at,
+    crossfit_folds,
+    fit_inverse_temperature,
+    resolve_calibration,
+)
+from lmc.metrics.result import LambdaMetrics
 
 
 def sampled_problem(n: int, classes: int, scale: float, seed: int):
@@ -70,3 +81,91 @@ def test_nearly_separable_logits_are_still_resolved():
 
 def test_constant_logits_give_beta_one():
     assert fit_inverse_temperature(torch.ones(5, 3), torch.zeros(5, dtype=torch.int64)) == 1.0
+
+
+def test_crossfit_folds_score_every_example_exactly_once():
+    folds = crossfit_folds(103, seed=4, folds=5)
+    assert len(folds) == 5
+    every = torch.cat(folds)
+    assert sorted(every.tolist()) == list(range(103))  # each example in exactly one fold
+    assert {len(f) for f in folds} <= {20, 21}  # sizes differ by at most one
+    assert all(torch.equal(f, f.sort().values) for f in folds)
+    again = crossfit_folds(103, seed=4, folds=5)
+    assert all(torch.equal(f, g) for f, g in zip(folds, again))  # seeded
+    assert any(not torch.equal(f, g) for f, g in zip(folds, crossfit_folds(103, 5, 5)))
+    with pytest.raises(LmcError, match="at least 2 folds"):
+        crossfit_folds(10, 0, 1)
+    with pytest.raises(LmcError, match="needs at least 5 examples"):
+        crossfit_folds(4, 0, 5)
+
+
+def test_crossfit_matches_a_hand_computation():
+    """Per model: fit beta on K - 1 folds with fit_inverse_temperature, score the held-out fold,
+    average over every example; the reported beta is the one fitted on all examples."""
+    n, classes, k = 61, 3, 4
+    truth, y = sampled_problem(n, classes, 2.0, 7)
+    gen = torch.Generator().manual_seed(8)
+    noise = torch.randn(truth.shape, generator=gen, dtype=torch.float64)
+    z = torch.stack([0.5 * truth, 3.0 * truth + noise])  # too cold and too hot
+    metrics = LambdaMetrics(y, True, seed=9, fraction=0.2, method="crossfit", folds=k)
+    rows = metrics([0.0, 1.0], z, z[0], z[1])
+    folds = crossfit_folds(n, 9, k)
+    for m in range(2):
+        assert not at_bound(rows[m]["inverse_temperature"])
+        total, scored = 0.0, 0
+        for fold in folds:
+            fit = torch.ones(n, dtype=torch.bool)
+            fit[fold] = False
+            beta = fit_inverse_temperature(z[m, fit], y[fit])
+            total += cross_entropy_at(z[m, fold], y[fold], beta) * len(fold)
+            scored += len(fold)
+        assert scored == n
+        assert rows[m]["calibrated_loss"] == pytest.approx(total / n, rel=1e-9)
+        assert rows[m]["inverse_temperature"] == pytest.approx(
+            fit_inverse_temperature(z[m], y), rel=1e-9
+        )
+        # the uncalibrated loss on the same (all) examples
+        assert rows[m]["heldout_loss"] == pytest.approx(cross_entropy_at(z[m], y), rel=1e-9)
+    info = metrics.description()
+    assert info["calibration_method"] == "crossfit" and info["calibration_folds"] == k
+    assert info["num_heldout"] == n and info["num_calibration"] == n - max(map(len, folds))
+    assert info["calibration_fraction"] is None
+
+
+def test_crossfit_is_undefined_when_any_fold_hits_the_bound():
+    # every example right but one: the fold holding the wrong one fits beta on a perfectly
+    # classified set (beta at the bound), the others find a finite beta
+    labels = torch.arange(40) % 2
+    logits = 2.0 * F.one_hot(labels, 2).double()
+    logits[0] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # label 0, predicted 1
+    metrics = LambdaMetrics(labels, True, seed=0, fraction=0.2, method="crossfit", folds=4)
+    folds = crossfit_folds(40, 0, 4)
+    fits = []
+    for fold in folds:
+        fit = torch.ones(40, dtype=torch.bool)
+        fit[fold] = False
+        fits.append(fit_inverse_temperature(logits[fit], labels[fit]))
+    assert sum(at_bound(b) for b in fits) == 1  # only the fold of example 0 is at the bound
+    assert not at_bound(fit_inverse_temperature(logits, labels))
+    (row,) = metrics([0.0], logits[None], logits, logits)
+    assert math.isnan(row["calibrated_loss"]) and math.isnan(row["inverse_temperature"])
+
+
+@pytest.mark.parametrize(
+    ("n", "fraction", "want"),
+    [
+        (451, 0.2, "crossfit"),  # digits' test split: a 90-example calibration subset
+        (1797, 0.2, "crossfit"),
+        (4997, 0.2, "crossfit"),  # 999 calibration examples
+        (5000, 0.2, "split"),  # 1000
+        (10000, 0.2, "split"),  # MNIST / CIFAR test splits
+        (2000, 0.5, "split"),  # the threshold is on the calibration subset's size
+    ],
+)
+def test_auto_cross_fits_small_splits_only(n, fraction, want):
+    assert AUTO_MIN_CALIBRATION == 1000
+    assert resolve_calibration("auto", n, fraction) == want
+    assert resolve_calibration("split", n, fraction) == "split"
+    assert resolve_calibration("crossfit", n, fraction) == "crossfit"
+    with pytest.raises(LmcError, match="unknown calibration"):
+        resolve_calibration("kfold", n)

@@ -12,7 +12,8 @@ from lmc.store import RunStore
 SUMMARY_KEYS = {
     "lambdas", "loss", "accuracy", "calibrated_loss", "inverse_temperature", "ensemble_loss",
     "ensemble_accuracy", "logit_norm", *BARRIER_KEYS, "align", "bn", "split",
-    "calibration_seed", "calibration_fraction", "run_a", "run_b", "environment",
+    "calibration_seed", "calibration_fraction", "calibration_method", "calibration_folds",
+    "run_a", "run_b", "environment",
 }  # fmt: skip
 
 
@@ -66,7 +67,11 @@ def test_json_summary_and_files(store_runs, tmp_path, capsys):
     assert SUMMARY_KEYS <= set(summary)
     assert summary["lambdas"] == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert summary["bn"] == "none" and summary["align"] == "none" and summary["split"] == "test"
-    assert summary["calibration_seed"] == 3 and summary["calibration_fraction"] == 0.2
+    assert summary["calibration_seed"] == 3
+    # digits' test split is small: the default calibration (auto) cross-fits over 5 folds
+    assert summary["calibration_method"] == "crossfit" and summary["calibration_folds"] == 5
+    assert summary["calibration_fraction"] is None
+    assert summary["num_heldout"] == summary["num_examples"]  # every example scored once
     assert all(0.0 <= a <= 1.0 for a in summary["accuracy"])
     assert all(b > 0 for b in summary["inverse_temperature"])
     assert summary["calibrated_midpoint_loss_barrier"] is not None
@@ -79,6 +84,37 @@ def test_json_summary_and_files(store_runs, tmp_path, capsys):
     assert float(rows[2]["lambda"]) == 0.5
     assert float(rows[2]["loss"]) == pytest.approx(summary["loss"][2])
     assert (out / "path.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "method", "folds", "fraction"),
+    [
+        (["--calibration", "split"], "split", None, 0.2),
+        (["--calibration", "crossfit", "--calibration-folds", "3"], "crossfit", 3, None),
+    ],
+)
+def test_calibration_flags_choose_the_calibration(store_runs, tmp_path, capsys, flags, method,
+                                                  folds, fraction):  # fmt: skip
+    rc = main([
+        "interpolate", str(store_runs["a"]), str(store_runs["b"]), "--lambdas", "3",
+        "--calibrate", "--json", "--quiet", "--device", "cpu", "--out", str(tmp_path / "o"),
+        *flags,
+    ])  # fmt: skip
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["calibration_method"] == method and summary["calibration_folds"] == folds
+    assert summary["calibration_fraction"] == fraction
+    held = summary["num_examples"] - summary["num_calibration"] if method == "split" else None
+    assert summary["num_heldout"] == (held or summary["num_examples"])
+
+
+def test_bad_calibration_folds_are_a_one_line_error(store_runs, tmp_path, capsys):
+    rc = main([
+        "interpolate", str(store_runs["a"]), str(store_runs["b"]), "--calibrate", "--quiet",
+        "--device", "cpu", "--calibration-folds", "1", "--out", str(tmp_path / "x"),
+    ])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "calibration_folds" in err
 
 
 def test_table_output_and_run_names_in_the_store(store_runs, tmp_path, capsys, monkeypatch):

@@ -7,13 +7,14 @@ import pytest
 import torch
 
 import lmc.models
-from lmc.config import LmcError
+from lmc.config import LmcError, LmcWarning
 from lmc.merge import lerp
 from lmc.metrics import (
     barriers,
     calibration_split,
     chain_plan,
     cross_entropy_at,
+    crossfit_folds,
     evaluate_path,
     fit_inverse_temperature,
     lambda_grid,
@@ -90,7 +91,8 @@ def test_batched_chunks_of_lambdas_give_the_same_numbers(digits, mlp_pair):
 def test_calibrated_numbers_use_the_documented_subsets(digits, mlp_pair):
     _, _, x, y = digits
     a, b = mlp_pair
-    res = evaluate_path(a, b, x, y, 3, calibrate=True, calibration_seed=5)
+    res = evaluate_path(a, b, x, y, 3, calibrate=True, calibration_seed=5, calibration="split")
+    assert res.calibration_method == "split" and res.calibration_folds is None
     cal, held = calibration_split(len(y), 5, 0.2)
     assert res.num_calibration == len(cal) == round(0.2 * len(y))
     assert res.num_heldout == len(held) == len(y) - len(cal)
@@ -113,7 +115,7 @@ def test_calibrated_numbers_use_the_documented_subsets(digits, mlp_pair):
     norm = z.double().norm(dim=1).mean().item()
     assert res.logit_norm[1] == pytest.approx(norm, rel=1e-6)
     # a different seed draws a different subset
-    other = evaluate_path(a, b, x, y, 3, calibrate=True, calibration_seed=6)
+    other = evaluate_path(a, b, x, y, 3, calibrate=True, calibration_seed=6, calibration="split")
     assert other.calibrated_loss[1] != res.calibrated_loss[1]
     assert res.calibration_seed == 5 and res.calibration_fraction == 0.2
 
@@ -179,12 +181,15 @@ def test_perfectly_classified_calibration_subset_gives_undefined_calibrated_loss
     with torch.no_grad():
         right = a(x_tr).argmax(1) == y_tr
     x, y = x_tr[right][:400], y_tr[right][:400]  # A classifies every example correctly
-    res = evaluate_path(a, b, x, y, 3, calibrate=True)
-    assert res.inverse_temperature[0] == pytest.approx(1e4)
-    assert math.isnan(res.calibrated_loss[0])
-    assert res.calibration_at_bound[0] == 0.0
-    assert math.isnan(barriers(res)["calibrated_midpoint_loss_barrier"])
-    assert not math.isnan(barriers(res)["midpoint_loss_barrier"])
+    for calibration in ("split", "crossfit"):
+        with pytest.warns(LmcWarning):
+            res = evaluate_path(a, b, x, y, 3, calibrate=True, calibration=calibration)
+        # the bound's beta (1e4) is not an estimate: it is undefined, never reported
+        assert math.isnan(res.inverse_temperature[0])
+        assert math.isnan(res.calibrated_loss[0])
+        assert res.calibration_at_bound[0] == 0.0
+        assert math.isnan(barriers(res)["calibrated_midpoint_loss_barrier"])
+        assert not math.isnan(barriers(res)["midpoint_loss_barrier"])
 
 
 class _ItemNet(torch.nn.Module):
@@ -239,3 +244,42 @@ def test_chain_plan_refuses_what_it_cannot_stack():
     assert chain_plan(lmc.models.build("mlp", input_size=64, width=8, norm="batch")) is None
     assert chain_plan(lmc.models.build("resnet20", width=0.25)) is None
     assert chain_plan(_ItemNet()) is None  # .item() cannot be traced
+
+
+def test_crossfit_path_matches_a_hand_computation(digits, mlp_pair):
+    _, _, x, y = digits
+    a, b = mlp_pair
+    kw = dict(calibrate=True, calibration="crossfit", calibration_folds=4, calibration_seed=2)
+    res = evaluate_path(a, b, x, y, 3, **kw)
+    assert res.calibration_method == "crossfit" and res.calibration_folds == 4
+    assert res.num_heldout == len(y) and res.calibration_fraction is None
+    with torch.no_grad():
+        merged = copy.deepcopy(a)
+        merged.load_state_dict(lerp(a.state_dict(), b.state_dict(), 0.5))
+        z = merged(x)
+    total = 0.0
+    for fold in crossfit_folds(len(y), 2, 4):
+        fit = torch.ones(len(y), dtype=torch.bool)
+        fit[fold] = False
+        beta = fit_inverse_temperature(z[fit], y[fit])
+        total += cross_entropy_at(z[fold], y[fold], beta) * len(fold)
+    assert res.calibrated_loss[1] == pytest.approx(total / len(y), rel=1e-5)
+    assert res.inverse_temperature[1] == pytest.approx(fit_inverse_temperature(z, y), rel=1e-5)
+    assert res.heldout_loss == pytest.approx(res.loss, rel=1e-9)  # the same (all) examples
+    loop = evaluate_path(a, b, x, y, 3, method="loop", **kw)
+    for key in FIELDS:
+        assert getattr(loop, key) == pytest.approx(getattr(res, key), abs=1e-5, rel=1e-5), key
+
+
+def test_auto_calibration_follows_the_split_size(digits, mlp_pair):
+    _, _, x, y = digits
+    a, b = mlp_pair
+    small = evaluate_path(a, b, x, y, 3, calibrate=True)  # digits' test split
+    assert small.calibration_method == "crossfit" and small.calibration_folds == 5
+    big_x, big_y = torch.cat([x] * 11), torch.cat([y] * 11)  # over 5000 examples
+    big = evaluate_path(a, b, big_x, big_y, 3, calibrate=True)
+    assert len(big_y) >= 5000 and big.calibration_method == "split"
+    assert big.num_calibration == round(0.2 * len(big_y)) and big.calibration_fraction == 0.2
+    assert big.calibration_folds is None
+    plain = evaluate_path(a, b, x, y, 3)
+    assert plain.calibration_method is None and plain.calibration_folds is None

@@ -18,6 +18,7 @@ def test_defaults_and_normalisation():
     s = PathSettings()
     assert s.lambdas == 11 and s.bn == "auto" and s.method == "auto" and s.batch_size is None
     assert s.calibration_fraction == 0.2 and not s.calibrate and s.quiet and s.fast
+    assert s.calibration == "auto" and s.calibration_folds == 5
     listed = PathSettings(lambdas=np.array([0.75, 0.25]), batch_size=np.int64(7))
     assert listed.lambdas == (0.75, 0.25) and type(listed.batch_size) is int
     assert listed.grid() == ([0, 0.25, 0.5, 0.75, 1], [0, 0.5, 1])
@@ -48,6 +49,9 @@ def test_defaults_and_normalisation():
         ({"seed": "0"}, "seed must be an integer"),
         ({"calibration_seed": 1.5}, "calibration_seed must be an integer"),
         ({"calibrate": "yes"}, "calibrate must be True or False"),
+        ({"calibration": "kfold"}, "calibration='kfold'.*auto, split, crossfit"),
+        ({"calibration_folds": 1}, "calibration_folds must be ≥ 2"),
+        ({"calibration_folds": 2.0}, "calibration_folds must be an integer"),
         ({"reset_endpoints": 2}, "reset_endpoints must be True or False"),
         ({"quiet": None}, "quiet must be True or False"),
         ({"fast": "no"}, "fast must be True or False"),
@@ -73,7 +77,9 @@ def test_settings_object_and_keywords_give_the_same_path(digits, mlp_pair):
     assert overridden.calibrated_loss == pytest.approx(via_settings.calibrated_loss, abs=1e-5)
     with pytest.raises(TypeError, match="multiple values for 'lambdas'"):
         evaluate_path(a, b, x, y, 5, lambdas=3)
-    with pytest.raises(TypeError, match="'calibration'"):
+    with pytest.raises(TypeError, match="'calibrations'"):
+        evaluate_path(a, b, x, y, 5, calibrations=True)
+    with pytest.raises(LmcError, match="calibration=True.*auto, split, crossfit"):
         evaluate_path(a, b, x, y, 5, calibration=True)
     with pytest.raises(LmcError, match="batch_size"):
         evaluate_path(a, b, x, y, 5, batch_size=0)
@@ -108,7 +114,7 @@ def test_calibration_at_its_bound_warns(digits, mlp_pair):
         right = a(x_tr).argmax(1) == y_tr
     xs, ys = x_tr[right][:400], y_tr[right][:400]  # A classifies every example correctly
     with pytest.warns(LmcWarning) as caught:
-        res = evaluate_path(a, b, xs, ys, 3, calibrate=True)
+        res = evaluate_path(a, b, xs, ys, 3, calibrate=True, calibration="split")
     assert len(caught) == 1 and caught[0].filename == __file__  # points at the caller
     message = str(caught[0].message)
     assert res.calibration_at_bound[0] == 0.0 and math.isnan(res.calibrated_loss[0])
@@ -121,3 +127,20 @@ def test_calibration_at_its_bound_warns(digits, mlp_pair):
         warnings.simplefilter("error", LmcWarning)
         ok = evaluate_path(a, b, x, y, 3, calibrate=True)
     assert ok.calibration_at_bound == [] and ok.calibration_warning() is None
+
+
+def test_crossfit_calibration_at_its_bound_warns(digits, mlp_pair):
+    x_tr, y_tr, _, _ = digits
+    a, b = mlp_pair
+    with torch.no_grad():
+        right = a(x_tr).argmax(1) == y_tr
+    xs, ys = x_tr[right][:400], y_tr[right][:400]  # A classifies every example correctly
+    with pytest.warns(LmcWarning) as caught:
+        res = evaluate_path(a, b, xs, ys, 3, calibrate=True)  # auto: 400 examples cross-fit
+    assert res.calibration_method == "crossfit" and res.calibration_folds == 5
+    message = str(caught[0].message)
+    assert res.calibration_at_bound[0] == 0.0
+    assert math.isnan(res.calibrated_loss[0]) and math.isnan(res.inverse_temperature[0])
+    assert "5-fold cross-fitted calibration of the 400-example split" in message
+    assert "at least 320 examples" in message and res.num_calibration == 320
+    assert message == res.calibration_warning()

@@ -279,3 +279,17 @@ def rendered(synthetic, tmp_path_factory):
 @pytest.fixture
 def make_synthetic():
     return make_results
+
+
+@dataclass(frozen=True)
+class Writers:
+    """The fixture's writers, for tests that build their own (module-scoped) folders."""
+
+    make_results: object = make_results
+    write_csv: object = write_csv
+    result_columns: tuple = tuple(RESULT_COLUMNS)
+
+
+@pytest.fixture(scope="session")
+def writers() -> Writers:
+    return Writers()

@@ -60,8 +60,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--calibrate",
         action="store_true",
-        help="fit a softmax inverse temperature per λ on 20%% of the split, report calibrated "
-        "losses on the other 80%%",
+        help="fit a softmax inverse temperature per λ and report calibrated losses (how: "
+        "--calibration)",
+    )
+    parser.add_argument(
+        "--calibration",
+        default="auto",
+        choices=("auto", "split", "crossfit"),
+        help="split: fit β on a random 20%% of the split, score the other 80%% (the paper's); "
+        "crossfit: fit β on K-1 of K folds, score the held-out fold, every example scored "
+        "once (stable on small splits); auto (default): crossfit when the 20%% subset would "
+        "hold fewer than 1000 examples (splits under 5000), split otherwise",
+    )
+    parser.add_argument(
+        "--calibration-folds",
+        type=int,
+        default=5,
+        metavar="K",
+        help="number of folds K of --calibration crossfit (at least 2; default 5)",
     )
     parser.add_argument(
         "--split", default="test", choices=("test", "train"), help="split to evaluate on"
@@ -76,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--calibration-seed",
         type=int,
         default=0,
-        help="seed of the 20%% calibration subset (default 0)",
+        help="seed of the 20%% calibration subset or of the crossfit folds (default 0)",
     )
     parser.add_argument(
         "--max-examples",
@@ -118,6 +134,8 @@ def settings_from_args(args: argparse.Namespace):
         bn_num_batches=args.bn_batches,
         seed=args.seed,
         calibrate=args.calibrate,
+        calibration=args.calibration,
+        calibration_folds=args.calibration_folds,
         calibration_seed=args.calibration_seed,
         batch_size=args.batch_size,
         quiet=args.quiet,

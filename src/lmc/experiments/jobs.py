@@ -197,6 +197,8 @@ def pair_settings(job: dict[str, Any]):
             bn=merge["bn"],
             seed=merge["align_seed"],
             calibrate=merge["calibrate"],
+            calibration=merge.get("calibration", "auto"),
+            calibration_folds=merge.get("calibration_folds", 5),
             calibration_seed=merge["calibration_seed"],
         ),
         analysis=AnalysisOptions(

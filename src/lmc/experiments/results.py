@@ -3,13 +3,20 @@
 Files written into the study's output folder:
 - ``results.csv`` (and ``results.parquet`` when pyarrow is installed): one row per
   (width, weight_decay, pair, method, lam) with the path metrics and, repeated on each row
-  of a path, its barriers (docs/science.md names; accuracy as a fraction);
+  of a path, its barriers (docs/science.md names; accuracy as a fraction). Calibration:
+  ``calibration`` is the one used (``split`` or ``crossfit``; empty when off),
+  ``calibration_folds`` its K (crossfit) and ``calibration_fraction`` its subset share (split);
+  ``calibration_at_bound`` / ``ensemble_calibration_at_bound`` are 1 where that λ's
+  calibration is undefined (a β on the bound of its search), 0 where it is defined: there the
+  inverse temperature and calibrated loss are empty, never the bound's value
+  (:mod:`lmc.metrics.result`);
 - ``layers.csv``: one row per (width, weight_decay, pair, method, lam, layer) with the
   layerwise analysis (``lmc.analysis`` record keys);
 - ``moments.json`` / ``spectra.json``: per-unit root second moments and singular values of
   each layer of A and B (method ``none`` only: permutations do not change them);
 - ``table1.csv``: midpoint (lam = 1/2) summary per (width, weight_decay, method), mean and
-  sample standard deviation over pairs, in the shape of the width paper's Table 1.
+  sample standard deviation over pairs, in the shape of the width paper's Table 1; undefined
+  calibrations are left out of its means and counted (:func:`lmc.experiments.table.table1`).
 """
 
 from __future__ import annotations
@@ -21,14 +28,16 @@ from typing import Any
 
 from lmc.store import atomic_path, write_json
 
-from .table import TABLE1_COLUMNS, table1
+from .table import TABLE1_COLUMNS, UNDEFINED_WITH, table1
 
 KEY_COLUMNS = ["width", "weight_decay", "pair", "method"]
 PATH_COLUMNS = [
     "loss", "accuracy", "calibrated_loss", "inverse_temperature", "ensemble_loss",
     "ensemble_accuracy", "ensemble_calibrated_loss", "ensemble_inverse_temperature",
-    "logit_norm",
+    "logit_norm", "heldout_loss",
 ]  # fmt: skip
+CALIBRATION_COLUMNS = ["calibration", "calibration_folds", "calibration_fraction"]
+BOUND_COLUMNS = ["calibration_at_bound", "ensemble_calibration_at_bound"]
 BARRIER_COLUMNS = [
     "loss_barrier", "midpoint_loss_barrier", "max_minus_mean_loss", "accuracy_barrier",
     "midpoint_accuracy_barrier", "calibrated_loss_barrier", "calibrated_midpoint_loss_barrier",
@@ -41,7 +50,9 @@ RESULT_COLUMNS = [
     "lam",
     "split",
     "bn",
+    *CALIBRATION_COLUMNS,
     *PATH_COLUMNS,
+    *BOUND_COLUMNS,
     *BARRIER_COLUMNS,
 ]
 LAYER_ID_COLUMNS = [*KEY_COLUMNS, "lam", "layer", "name", "kind"]
@@ -65,9 +76,28 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) 
             writer.writerow({k: _number(v) for k, v in row.items()})
 
 
+def _calibration(path: dict[str, Any]) -> dict[str, Any]:
+    """The calibration columns of a path (``PathResult.to_dict()``); a path recorded before
+    ``calibration_method`` existed used the 20/80 split."""
+    if not path.get("calibrate"):
+        return {"calibration": None, "calibration_folds": None, "calibration_fraction": None}
+    method = path.get("calibration_method") or "split"
+    return {
+        "calibration": method,
+        "calibration_folds": path.get("calibration_folds") if method == "crossfit" else None,
+        "calibration_fraction": path.get("calibration_fraction") if method == "split" else None,
+    }
+
+
 def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One results.csv row per lam of one merge job's path."""
+    """One results.csv row per lam of one merge job's path.
+
+    Where a λ's calibration is undefined (listed in the path's ``calibration_at_bound`` /
+    ``ensemble_calibration_at_bound``) its flag is 1 and its inverse temperature and
+    calibrated loss are empty, even if the path recorded the bound's value (results written
+    before undefined values became NaN)."""
     path, labels = result["path"], result["labels"]
+    calibration = _calibration(path)
     rows = []
     for i, lam in enumerate(path["lambdas"]):
         row = {
@@ -77,10 +107,19 @@ def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, A
             "lam": lam,
             "split": study["data"]["split"],
             "bn": path["bn"],
+            **calibration,
         }
         for column in PATH_COLUMNS:
             values = path.get(column)
             row[column] = None if values is None else values[i]
+        for flag, columns in UNDEFINED_WITH.items():
+            if not path.get("calibrate"):
+                row[flag] = None
+                continue
+            undefined = any(abs(lam - v) <= 1e-9 for v in path.get(flag) or [])
+            row[flag] = int(undefined)
+            if undefined:
+                row.update(dict.fromkeys(columns))
         row.update({k: result["barriers"].get(k) for k in BARRIER_COLUMNS})
         rows.append(row)
     return rows

@@ -3,6 +3,11 @@
 ``table1`` turns the tidy ``results.csv`` rows into one row per (width, weight decay, method)
 with the columns of ``table1.csv`` (``TABLE1_COLUMNS``). Accuracies and the accuracy barrier
 stay fractions here (machine-readable); the report shows percent and percentage points.
+
+Undefined calibrations (:func:`calibration_undefined`: a β on the bound of its search) never
+enter a mean: their inverse temperature and calibrated loss are dropped
+(:func:`drop_undefined`) before anything is averaged, and ``undefined_calibration_pairs``
+counts, per row, the pairs that lost a value that way.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from lmc.metrics.calibration import BETA_MAX, BETA_MIN
 
 from .cells import coerce_row, is_close, mean_std, method_sort_key, number
 
@@ -30,7 +37,45 @@ TABLE1_COLUMNS = (
     "calibrated_midpoint_loss_barrier_std",
     "inverse_temperature_mean",
     "ensemble_inverse_temperature_mean",
+    "undefined_calibration_pairs",
 )
+
+#: results.csv flag -> the per-λ values it makes undefined (lmc.experiments.results).
+UNDEFINED_WITH = {
+    "calibration_at_bound": ("inverse_temperature", "calibrated_loss"),
+    "ensemble_calibration_at_bound": ("ensemble_inverse_temperature", "ensemble_calibrated_loss"),
+}
+
+
+def beta_on_bound(value: Any) -> bool:
+    """Whether a recorded inverse temperature is a finite number on a bound of the β search
+    (``lmc.metrics.calibration``: 1e-3 or 1e4, to a relative 1e-6): written by versions that
+    recorded the bound's value instead of leaving it undefined."""
+    beta = number(value)
+    return math.isfinite(beta) and (beta >= BETA_MAX * (1 - 1e-6) or beta <= BETA_MIN * (1 + 1e-6))
+
+
+def calibration_undefined(row: Mapping[str, Any]) -> dict[str, bool]:
+    """Per flag of :data:`UNDEFINED_WITH` (the model θ(λ) and the ensemble): whether the row's
+    calibration is undefined, i.e. its results.csv flag is 1 or, for results written before
+    the flag, its inverse temperature sits on a bound of the search."""
+    return {
+        flag: number(row.get(flag)) == 1.0 or beta_on_bound(row.get(columns[0]))
+        for flag, columns in UNDEFINED_WITH.items()
+    }
+
+
+def drop_undefined(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a results row whose undefined values (:func:`calibration_undefined`) are NaN
+    and whose flags are set (1) where undefined."""
+    out = dict(row)
+    for flag, undefined in calibration_undefined(row).items():
+        if undefined:
+            out[flag] = 1.0
+            for column in UNDEFINED_WITH[flag]:
+                out[column] = math.nan
+    return out
+
 
 # barrier column -> (per-λ column, sign): barrier = sign * (value(½) − ½(value(0) + value(1))).
 _MIDPOINT_BARRIERS = {
@@ -69,12 +114,16 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     accuracy, the midpoint barriers (the ``*_barrier`` columns; computed from the λ = 0, ½, 1
     rows when a column is empty), the midpoint's and ensemble's inverse temperatures; and the
     endpoint accuracy ½(acc(λ=0) + acc(λ=1)). Then mean and sample std (ddof=1; 0 with one
-    pair) over pairs, NaN cells skipped. ``pairs`` counts pairs with a λ = ½ row. Rows are
-    sorted by weight decay (descending), method (none, weight, activation, ste, random), width.
+    pair) over pairs, NaN cells skipped. ``pairs`` counts pairs with a λ = ½ row. Undefined
+    calibrations (:func:`calibration_undefined`) are NaN before anything is computed, so no β
+    on a bound enters a mean; ``undefined_calibration_pairs`` counts the pairs with an
+    undefined calibration at λ = 0, ½ or 1 (their calibrated barrier is undefined) or of the
+    ensemble at λ = ½. Rows are sorted by weight decay (descending), method (none, weight,
+    activation, ste, random), width.
     """
     groups: dict[tuple, dict[int, list[dict[str, Any]]]] = {}
     for raw in results:
-        r = coerce_row(raw)
+        r = drop_undefined(coerce_row(raw))
         r.setdefault("pair", 0)
         r.setdefault("lam", math.nan)
         key = (number(r["width"]), number(r["weight_decay"]), str(r["method"]))
@@ -82,13 +131,18 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (width, wd, method), by_pair in groups.items():
         per: dict[str, list[float]] = {}
-        pairs = 0
+        pairs = undefined = 0
         for rows in by_pair.values():
             mid = _at(rows, 0.5)
             if mid is None:
                 continue
             pairs += 1
             a, b = _at(rows, 0.0), _at(rows, 1.0)
+            flags = [
+                number(r.get("calibration_at_bound")) == 1.0 for r in (a, mid, b) if r is not None
+            ]
+            flags.append(number(mid.get("ensemble_calibration_at_bound")) == 1.0)
+            undefined += any(flags)
             endpoint = (
                 0.5 * (number(a.get("accuracy")) + number(b.get("accuracy")))
                 if a is not None and b is not None
@@ -103,6 +157,8 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             }
             for column in _MIDPOINT_BARRIERS:
                 values[column] = _barrier(column, mid, a, b)
+            if any(flags[:-1]):  # an endpoint's or the midpoint's calibrated loss is undefined
+                values["calibrated_midpoint_loss_barrier"] = math.nan
             for k, v in values.items():
                 per.setdefault(k, []).append(v)
         if pairs == 0:
@@ -114,6 +170,9 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "pairs": pairs,
         }
         for column in TABLE1_COLUMNS[4:]:
+            if column == "undefined_calibration_pairs":
+                row[column] = undefined
+                continue
             base, _, which = column.rpartition("_")
             mean, std, _ = mean_std(per.get(base, []))
             row[column] = mean if which == "mean" else std

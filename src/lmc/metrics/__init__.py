@@ -10,7 +10,10 @@ Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
 - The engines that compute the logits along the path (:mod:`lmc.metrics.engine`:
   :func:`select_engine`, :func:`auto_batch_size`; the chain fast path :mod:`lmc.metrics.chain`).
 - :func:`barriers` and the pure barrier functions of :mod:`lmc.metrics.barriers`.
-- :func:`fit_inverse_temperature`, :func:`cross_entropy_at`.
+- :func:`fit_inverse_temperature`, :func:`cross_entropy_at`; the calibrations
+  (:data:`CALIBRATIONS`: the paper's 20/80 ``split``, the cross-fitted ``crossfit`` and ``auto``,
+  :func:`resolve_calibration`) and their subsets (:func:`calibration_split`,
+  :func:`crossfit_folds`).
 - :func:`random_direction_state`: the flatness control.
 """
 
@@ -29,14 +32,18 @@ from .barriers import (
 )
 from .baselines import moved_entries, random_direction_state
 from .calibration import (
+    AUTO_MIN_CALIBRATION,
     BETA_MAX,
     BETA_MIN,
+    CALIBRATIONS,
     at_bound,
     calibration_split,
     cross_entropy_at,
     cross_entropy_rows,
+    crossfit_folds,
     fit_inverse_temperature,
     mean_cross_entropy,
+    resolve_calibration,
 )
 from .chain import chain_forward, chain_plan
 from .engine import (
@@ -53,9 +60,11 @@ from .result import PER_LAMBDA_KEYS, PathResult
 from .settings import PathSettings, lambda_grid
 
 __all__ = [
+    "AUTO_MIN_CALIBRATION",
     "BARRIER_KEYS",
     "BETA_MAX",
     "BETA_MIN",
+    "CALIBRATIONS",
     "METHODS",
     "PER_LAMBDA_KEYS",
     "BatchedEngine",
@@ -74,6 +83,7 @@ __all__ = [
     "chain_plan",
     "cross_entropy_at",
     "cross_entropy_rows",
+    "crossfit_folds",
     "evaluate_path",
     "fit_inverse_temperature",
     "lambda_grid",
@@ -86,6 +96,7 @@ __all__ = [
     "model_logits",
     "moved_entries",
     "random_direction_state",
+    "resolve_calibration",
     "select_engine",
     "stacked_logits",
 ]

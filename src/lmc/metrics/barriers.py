@@ -16,7 +16,9 @@ Accuracies (fractions in [0, 1]) with the sign reversed, so a drop is a positive
   ``max_minus_mean_loss``)
 
 The calibrated versions apply the loss formulas to calibrated losses (endpoints calibrated
-too); see :mod:`lmc.metrics.result` for which subset each number uses.
+too); see :mod:`lmc.metrics.result` for which subset each number uses. A calibrated loss that
+is undefined (NaN: its beta hit the bound of the search) makes every calibrated barrier that
+uses it NaN: it is never replaced by a number.
 """
 
 from __future__ import annotations
@@ -132,10 +134,11 @@ def barriers(result: Any) -> dict[str, float | None]:
     ``loss``, ``accuracy`` and optionally ``calibrated_loss``), keyed as in
     :data:`BARRIER_KEYS`. Calibrated keys are ``None`` when the path was not calibrated.
 
-    ``loss``/``accuracy`` barriers use the full split; calibrated ones the held-out subset.
+    ``loss``/``accuracy`` barriers use the full split; calibrated ones the scored examples
+    (the held-out subset with the ``split`` calibration, every example with ``crossfit``).
     Two more keys compare like with like: ``heldout_loss_barrier`` and
-    ``heldout_midpoint_loss_barrier`` are the uncalibrated barriers on that same held-out
-    subset (``None`` unless calibrated).
+    ``heldout_midpoint_loss_barrier`` are the uncalibrated barriers on those same examples
+    (``None`` unless calibrated).
     """
 
     def get(name: str) -> Any:

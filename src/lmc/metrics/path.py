@@ -7,18 +7,26 @@ lam = 0 is A, lam = 1 is B. Per lambda, :func:`evaluate_path` reports the number
 (1 - lam) f_A + lam f_B, and with ``calibrate`` the fitted inverse temperature beta and the
 calibrated loss.
 
-When the calibration subset is perfectly classified the cross-entropy falls for ever as beta
-grows: beta is not identifiable, ``fit_inverse_temperature`` returns its upper bound, and the
-calibrated loss (hence every calibrated barrier using it) is NaN (``null`` in JSON); the lambdas
-concerned are listed in ``calibration_at_bound`` (``ensemble_calibration_at_bound``) and
-:func:`evaluate_path` warns (:class:`lmc.config.LmcWarning`). Small splits make this likely
-(digits' 451 test examples give a 90-example calibration subset).
+Calibration (``calibration``, :mod:`lmc.metrics.calibration`): ``split`` fits beta on a fixed
+random ``calibration_fraction`` (default 20%) of the split's examples, the first
+``round(fraction * N)`` of ``torch.randperm(N)`` drawn from
+``torch.Generator().manual_seed(calibration_seed)``, and scores the rest; ``crossfit`` cuts the
+split into ``calibration_folds`` seeded folds, fits beta on all folds but one and scores that
+one, so every example is scored once; ``auto`` (the default) cross-fits when the calibration
+subset would hold fewer than 1000 examples (splits under 5000 examples, e.g. digits) and splits
+otherwise. The result records the calibration used (``calibration_method``,
+``calibration_folds``). The same subsets or folds serve every lambda (endpoints included), so
+calibrated barriers compare like with like, and ``heldout_loss`` gives the uncalibrated loss on
+the very examples ``calibrated_loss`` scores.
 
-The calibration subset is a fixed random ``calibration_fraction`` (default 20%) of the split's
-examples: the first ``round(fraction * N)`` of ``torch.randperm(N)`` drawn from
-``torch.Generator().manual_seed(calibration_seed)``; the held-out subset is the rest. The same
-subsets serve every lambda (endpoints included), so calibrated barriers compare like with like,
-and ``heldout_loss`` gives the uncalibrated loss on the very examples ``calibrated_loss`` uses.
+When the examples a beta is fitted on are perfectly classified the cross-entropy falls for ever
+as beta grows: beta is not identifiable and ``fit_inverse_temperature`` returns its upper bound.
+Such a lambda's calibration is undefined (:mod:`lmc.metrics.result`): its inverse temperature
+and calibrated loss (hence every calibrated barrier using it) are NaN (``null`` in JSON), the
+lambdas concerned are listed in ``calibration_at_bound`` (``ensemble_calibration_at_bound``) and
+:func:`evaluate_path` warns (:class:`lmc.config.LmcWarning`). Small calibration subsets make
+this likely (digits' 451 test examples give a 90-example subset with ``split``), which is why
+``auto`` cross-fits there.
 
 How the grid's interior is evaluated (``method``, :func:`lmc.metrics.engine.select_engine`,
 chosen once before any point is evaluated):
@@ -53,7 +61,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmc.config import LmcError, LmcWarning
+from lmc.config import LmcError, LmcWarning, check_finite, check_labels
 from lmc.merge import (
     batchnorm_output_stats,
     check_compatible,
@@ -105,15 +113,18 @@ def evaluate_path(
         **options: any field of :class:`PathSettings` (``bn``, ``calibrate``, ``batch_size``,
             ``method``, ...), applied on top of ``settings``.
 
-    Returns a :class:`PathResult` (the resolved BatchNorm mode and the engine used recorded).
-    Warns with :class:`lmc.config.LmcWarning` when calibration hits its bound.
+    Returns a :class:`PathResult` (the resolved BatchNorm mode, the engine and the calibration
+    used recorded). Warns with :class:`lmc.config.LmcWarning` when calibration hits its bound.
     """
     s = _settings(settings, options)
     bn_mode = _check_inputs(model_a, x, y, s.bn, bn_inputs)
     grid, added = s.grid()
     device = module_device(model_a)
     state_a, state_b = _endpoint_states(model_a, model_b, state_b)
-    metrics = LambdaMetrics(y.to(device), s.calibrate, s.calibration_seed, s.calibration_fraction)
+    metrics = LambdaMetrics(
+        y.to(device), s.calibrate, s.calibration_seed, s.calibration_fraction,
+        method=s.calibration, folds=s.calibration_folds,
+    )  # fmt: skip
     with eval_mode(model_a):
         work = copy.deepcopy(model_a).eval()  # B's weights, then each theta(lam) in turn
         work.load_state_dict(state_b)
@@ -150,6 +161,12 @@ def _check_inputs(
         raise LmcError(f"{len(x)} inputs but {len(y)} labels: give one label per example")
     if len(x) == 0:
         raise LmcError("cannot evaluate a path on an empty split")
+    check_finite("x", x)
+    with torch.no_grad(), eval_mode(model_a):  # one example: the model's number of classes
+        classes = model_a(x[:1].to(module_device(model_a))).shape[-1]
+    check_labels("y", y, classes)
+    if bn_inputs is not None:
+        check_finite("bn_inputs", bn_inputs)
     bn_mode = resolve_bn_mode(model_a, bn)
     if bn_mode != "none" and bn_inputs is None:
         raise LmcError(

@@ -3,19 +3,30 @@
 
 Path: theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A. Every number is float64;
 losses are mean cross-entropies in nats, accuracies fractions in [0, 1]. Per lambda (the
-examples used in parentheses; the subsets are :func:`lmc.metrics.calibration_split`'s):
+examples used in parentheses; "scored examples" are the held-out subset of
+:func:`lmc.metrics.calibration_split` with the ``split`` calibration and every example with
+``crossfit``, :mod:`lmc.metrics.calibration`):
 
 - ``loss``: mean cross-entropy of theta(lam) (full split)
 - ``accuracy``: fraction of correct argmax predictions (full split)
-- ``calibrated_loss``: cross-entropy of softmax(beta * logits) (held-out subset); NaN when beta
-  is on a bound of its search (:func:`lmc.metrics.calibration.at_bound`)
-- ``inverse_temperature``: beta fitted on the calibration subset
+- ``calibrated_loss``: cross-entropy of softmax(beta * logits) (scored examples; with
+  ``crossfit`` each example is scored with the beta fitted on the other folds)
+- ``inverse_temperature``: beta (``split``: fitted on the calibration subset; ``crossfit``:
+  fitted on every example, the beta the fold fits estimate)
 - ``ensemble_loss`` / ``ensemble_accuracy``: of the logits (1 - lam) f_A + lam f_B (full split)
 - ``logit_norm``: mean over examples of the L2 norm of the logits (full split)
-- ``heldout_loss``: uncalibrated cross-entropy (beta = 1) (held-out subset)
+- ``heldout_loss``: uncalibrated cross-entropy (beta = 1) (scored examples: the very examples
+  ``calibrated_loss`` uses)
 - ``ensemble_calibrated_loss`` / ``ensemble_inverse_temperature``: the same for the ensemble.
 
 The calibrated ones (and ``heldout_loss``) exist only when the path was calibrated.
+
+Undefined calibration: a lambda's calibration is undefined when any beta fitted for it lies on
+a bound of the search (:func:`lmc.metrics.calibration.at_bound`; ``split``: its one beta;
+``crossfit``: any fold's beta or the all-examples beta) or its logits are not finite. Then both
+its ``inverse_temperature`` and its ``calibrated_loss`` are NaN (a beta at the bound is an
+artefact of the search, not an estimate: it is never reported, so it can never be averaged)
+and the lambda is listed in ``calibration_at_bound`` (``ensemble_calibration_at_bound``).
 """
 
 from __future__ import annotations
@@ -32,8 +43,10 @@ from .calibration import (
     at_bound,
     calibration_split,
     cross_entropy_rows,
+    crossfit_folds,
     fit_inverse_temperature,
     mean_cross_entropy,
+    resolve_calibration,
 )
 
 #: The per-lambda metrics of a path, in the order files and tables list them (module doc).
@@ -60,48 +73,105 @@ def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
 class LambdaMetrics:
     """Turns a stack of models' logits on the split into their per-lambda numbers.
 
-    ``y``: the split's (N,) int64 labels on the logits' device; with ``calibrate`` the split is
-    divided by :func:`lmc.metrics.calibration_split` ``(N, seed, fraction)`` (``cal``/``held``
-    index tensors). Everything but the beta searches is computed for the whole stack at once
-    (a handful of kernels per chunk of lambdas, not per lambda), and each example's
-    cross-entropy is computed once: the held-out loss is a subset mean of the same rows.
+    ``y``: the split's (N,) int64 labels on the logits' device. With ``calibrate`` the
+    calibration ``method`` (``auto``/``split``/``crossfit``) is resolved once for the split by
+    :func:`lmc.metrics.calibration.resolve_calibration` ``(method, N, fraction)``; ``split``
+    divides the examples by :func:`lmc.metrics.calibration_split` ``(N, seed, fraction)``,
+    ``crossfit`` by :func:`lmc.metrics.calibration.crossfit_folds` ``(N, seed, folds)``.
+    Everything but the beta searches is computed for the whole stack at once (a handful of
+    kernels per chunk of lambdas, not per lambda), and each example's cross-entropy is computed
+    once: the held-out loss is a subset mean of the same rows.
     """
 
-    def __init__(self, y: torch.Tensor, calibrate: bool, seed: int, fraction: float) -> None:
+    def __init__(
+        self,
+        y: torch.Tensor,
+        calibrate: bool,
+        seed: int,
+        fraction: float,
+        method: str = "split",
+        folds: int = 5,
+    ) -> None:
         self.y = y
         self.calibrate, self.seed, self.fraction = calibrate, seed, fraction
-        if calibrate:
+        self.method = resolve_calibration(method, len(y), fraction) if calibrate else None
+        self.num_folds = folds if self.method == "crossfit" else None
+        if self.method == "split":
             cal, held = calibration_split(len(y), seed, fraction)
             self.cal, self.held = cal.to(y.device), held.to(y.device)
             self.y_cal, self.y_held = y[self.cal], y[self.held]
+        elif self.method == "crossfit":
+            parts = crossfit_folds(len(y), seed, folds)
+            fold_of = torch.empty(len(y), dtype=torch.int64)
+            for k, part in enumerate(parts):
+                fold_of[part] = k
+            self.fold_of = fold_of.to(y.device)
+            self.fits = [torch.nonzero(fold_of != k).squeeze(1).to(y.device) for k in range(folds)]
+            self.smallest_fit = len(y) - max(len(part) for part in parts)
 
     def description(self) -> dict[str, Any]:
-        """The :class:`PathResult` fields that describe the split and its calibration subsets
-        (``num_examples``, ``calibrate``, ``calibration_seed``, ``calibration_fraction``,
-        ``num_calibration``, ``num_heldout``; the calibration ones ``None`` when not calibrating).
+        """The :class:`PathResult` fields that describe the split and its calibration
+        (``num_examples``, ``calibrate``, ``calibration_method``, ``calibration_folds``,
+        ``calibration_seed``, ``calibration_fraction``, ``num_calibration``, ``num_heldout``;
+        the calibration ones ``None`` when not calibrating). ``split``: ``num_calibration`` /
+        ``num_heldout`` are the two subsets' sizes, ``calibration_folds`` is ``None``.
+        ``crossfit``: ``num_calibration`` is the fewest examples a fold's beta was fitted on,
+        ``num_heldout`` is N (every example scored once), ``calibration_fraction`` is ``None``.
         """
-        cal = self.calibrate
+        method, n = self.method, len(self.y)
+        if method == "split":
+            num_cal, num_held = len(self.cal), len(self.held)
+        elif method == "crossfit":
+            num_cal, num_held = self.smallest_fit, n
+        else:
+            num_cal = num_held = None
         return {
-            "num_examples": len(self.y),
-            "calibrate": cal,
-            "calibration_seed": self.seed if cal else None,
-            "calibration_fraction": self.fraction if cal else None,
-            "num_calibration": len(self.cal) if cal else None,
-            "num_heldout": len(self.held) if cal else None,
+            "num_examples": n,
+            "calibrate": self.calibrate,
+            "calibration_method": method,
+            "calibration_folds": self.num_folds,
+            "calibration_seed": self.seed if method else None,
+            "calibration_fraction": self.fraction if method == "split" else None,
+            "num_calibration": num_cal,
+            "num_heldout": num_held,
         }
 
     def _calibrate(self, z: torch.Tensor) -> tuple[list[float], list[float]]:
-        """Per model of the stack: beta on the calibration subset, calibrated held-out loss.
+        """Per model of the stack: its reported beta and its calibrated loss.
 
-        A beta on a bound of the search (:func:`at_bound`: the loss has no minimum inside,
-        e.g. a perfectly classified calibration subset, where beta -> infinity) leaves the
-        calibrated loss undefined: it is NaN, not the loss at the arbitrary bound.
+        ``split``: beta fitted on the calibration subset, loss on the held-out subset.
+        ``crossfit``: per fold, beta fitted on the other folds scores that fold's examples; the
+        loss is the mean over all N examples; the reported beta is fitted on all of them.
+        A model whose calibration is undefined (module doc: any of its betas on a bound of the
+        search, e.g. a perfectly classified fitting set, where beta -> infinity) gets NaN for
+        both: not the numbers at the arbitrary bound.
         """
-        betas = [_fit(z[k, self.cal], self.y_cal) for k in range(z.shape[0])]
-        finite = torch.tensor([0.0 if math.isnan(b) else b for b in betas], dtype=torch.float64)
-        scaled = z[:, self.held].double() * finite.to(z.device).view(-1, 1, 1)
-        losses = mean_cross_entropy(scaled, self.y_held).tolist()
-        return betas, [math.nan if at_bound(b) else v for b, v in zip(betas, losses)]
+        count = z.shape[0]
+        if self.method == "split":
+            betas = torch.tensor(
+                [_fit(z[k, self.cal], self.y_cal) for k in range(count)], dtype=torch.float64
+            )
+            undefined = [at_bound(b) for b in betas.tolist()]
+            per_example = betas.view(-1, 1).expand(-1, len(self.held))
+            scored, y_scored = z[:, self.held], self.y_held
+        else:
+            fold_betas = torch.tensor(
+                [[_fit(z[k, fit], self.y[fit]) for fit in self.fits] for k in range(count)],
+                dtype=torch.float64,
+            )  # (count, K)
+            betas = torch.tensor([_fit(z[k], self.y) for k in range(count)], dtype=torch.float64)
+            undefined = [
+                at_bound(b) or any(at_bound(f) for f in row)
+                for b, row in zip(betas.tolist(), fold_betas.tolist())
+            ]
+            per_example = fold_betas[:, self.fold_of.cpu()]  # (count, N): each example's beta
+            scored, y_scored = z, self.y
+        per_example = torch.nan_to_num(per_example, nan=0.0).to(z.device)
+        losses = mean_cross_entropy(scored.double() * per_example.unsqueeze(2), y_scored).tolist()
+        return (
+            [math.nan if bad else b for bad, b in zip(undefined, betas.tolist())],
+            [math.nan if bad else v for bad, v in zip(undefined, losses)],
+        )
 
     def __call__(
         self, lams: list[float], z: torch.Tensor, z_a: torch.Tensor, z_b: torch.Tensor
@@ -121,7 +191,8 @@ class LambdaMetrics:
             "ensemble_accuracy": (z_ens.argmax(2) == y).double().mean(dim=1).tolist(),
         }
         if self.calibrate:
-            cols["heldout_loss"] = ce[:, self.held].mean(dim=1).tolist()
+            held = ce[:, self.held] if self.method == "split" else ce
+            cols["heldout_loss"] = held.mean(dim=1).tolist()
             cols["inverse_temperature"], cols["calibrated_loss"] = self._calibrate(z)
             (
                 cols["ensemble_inverse_temperature"],
@@ -136,9 +207,12 @@ class PathResult:
 
     The per-lambda fields are :data:`PER_LAMBDA_KEYS` (module doc; the calibrated ones ``None``
     when the path was not calibrated); the rest describe how the path was evaluated
-    (:func:`lmc.metrics.evaluate_path`). ``calibration_at_bound`` /
-    ``ensemble_calibration_at_bound`` list the lambdas whose beta is on a bound of its search
-    (their calibrated loss is NaN).
+    (:func:`lmc.metrics.evaluate_path`; the calibration ones by
+    :meth:`LambdaMetrics.description`): ``calibration_method`` is the calibration used,
+    ``split`` or ``crossfit`` (``None`` when not calibrated; ``auto`` is resolved),
+    ``calibration_folds`` its K (``crossfit`` only). ``calibration_at_bound`` /
+    ``ensemble_calibration_at_bound`` list the lambdas whose calibration is undefined (a beta
+    on a bound of its search: their inverse temperature and calibrated loss are NaN).
     """
 
     lambdas: list[float]
@@ -155,6 +229,8 @@ class PathResult:
     bn: str = "none"
     method: str = "loop"
     calibrate: bool = False
+    calibration_method: str | None = None
+    calibration_folds: int | None = None
     calibration_seed: int | None = None
     calibration_fraction: float | None = None
     num_examples: int = 0
@@ -170,7 +246,8 @@ class PathResult:
     ) -> PathResult:
         """A result from one dict per lambda (as :class:`LambdaMetrics` gives them): each key
         of :data:`PER_LAMBDA_KEYS` becomes a column (``None`` when the rows lack it), the
-        at-bound lists are derived from the inverse temperatures, ``info`` fills the rest."""
+        at-bound lists are derived from the inverse temperatures (NaN: undefined, module doc),
+        ``info`` fills the rest."""
         columns = {
             key: [row[key] for row in rows] if key in rows[0] else None for key in PER_LAMBDA_KEYS
         }
@@ -209,19 +286,31 @@ class PathResult:
 
     def calibration_warning(self) -> str | None:
         """What :func:`lmc.metrics.evaluate_path` warns about when the calibration hit its
-        bound (which lambdas, the calibration subset's size, that the calibrated loss is
-        undefined there), or ``None`` when it did not."""
+        bound (which lambdas, the examples beta was fitted on, that the inverse temperature and
+        calibrated loss are undefined there), or ``None`` when it did not."""
         if not (self.calibration_at_bound or self.ensemble_calibration_at_bound):
             return None
 
         def lams(values: list[float]) -> str:
             return "λ = " + ", ".join(f"{v:g}" for v in values) if values else "no λ"
 
+        if self.calibration_method == "crossfit":
+            where = (
+                f"in the {self.calibration_folds}-fold cross-fitted calibration of the "
+                f"{self.num_examples}-example split (each fold's beta fitted on at least "
+                f"{self.num_calibration} examples)"
+            )
+            remedy = (
+                "use a larger split, or more calibration_folds (each beta is then fitted on "
+                "more of it)"
+            )
+        else:
+            where = f"on the {self.num_calibration}-example calibration subset"
+            remedy = "use a larger split or calibration_fraction, or calibration='crossfit'"
         return (
             f"calibration hit the bound of its search at {lams(self.calibration_at_bound)} "
-            f"(ensemble: {lams(self.ensemble_calibration_at_bound)}) on the "
-            f"{self.num_calibration}-example calibration subset: the inverse temperature is not "
-            "identifiable there (e.g. the subset is perfectly classified, beta -> infinity), so "
-            "the calibrated loss is undefined there (NaN) and so is every calibrated barrier "
-            "using it; use a larger split or calibration_fraction"
+            f"(ensemble: {lams(self.ensemble_calibration_at_bound)}) {where}: the inverse "
+            "temperature is not identifiable there (e.g. the examples are perfectly classified, "
+            "beta -> infinity), so the calibrated loss is undefined there (NaN), as are the "
+            f"inverse temperature and every calibrated barrier using them; {remedy}"
         )

@@ -17,6 +17,7 @@ import numpy as np
 from lmc.config import LmcError
 from lmc.merge import BN_MODES
 
+from .calibration import CALIBRATIONS
 from .engine import METHODS
 
 _TOL = 1e-9
@@ -99,9 +100,21 @@ class PathSettings:
             training input once, in order (:func:`lmc.merge.reset_batchnorm`).
         seed: seed of those random batches.
         reset_endpoints: also reset/repair the endpoints (default: keep their statistics).
-        calibrate: fit an inverse temperature per lambda on a calibration subset.
-        calibration_seed: seed of the calibration subset (:func:`lmc.metrics.calibration_split`).
-        calibration_fraction: share of the split in the calibration subset, in (0, 1).
+        calibrate: fit an inverse temperature per lambda (endpoints included) and report the
+            calibrated loss (:mod:`lmc.metrics.calibration`).
+        calibration: how the split is divided for that (:data:`lmc.metrics.CALIBRATIONS`):
+            ``split`` fits beta on a random ``calibration_fraction`` of the split and scores
+            the rest (the paper's 20/80); ``crossfit`` cuts the split into
+            ``calibration_folds`` folds, fits beta on all folds but one and scores that one, so
+            every example is scored once; ``auto`` (the default) cross-fits when the
+            calibration subset would hold fewer than 1000 examples (splits under 5000 examples
+            at 20%) and splits otherwise (:func:`lmc.metrics.calibration.resolve_calibration`).
+            The result records the one used (``PathResult.calibration_method``).
+        calibration_folds: K of ``crossfit`` (≥ 2, default 5; unused by ``split``).
+        calibration_seed: seed of the calibration subset (:func:`lmc.metrics.calibration_split`)
+            or of the folds (:func:`lmc.metrics.crossfit_folds`).
+        calibration_fraction: share of the split in the calibration subset, in (0, 1) (``split``;
+            ``auto`` also compares that subset's size with its threshold).
         batch_size: examples per forward pass (≥ 1; per lambda in the batched engine), or
             ``None`` for :func:`lmc.metrics.engine.auto_batch_size`.
         method: engine, ``auto``/``batched``/``loop`` (:func:`lmc.metrics.engine.select_engine`).
@@ -118,6 +131,8 @@ class PathSettings:
     seed: int = 0
     reset_endpoints: bool = False
     calibrate: bool = False
+    calibration: str = "auto"
+    calibration_folds: int = 5
     calibration_seed: int = 0
     calibration_fraction: float = 0.2
     batch_size: int | None = None
@@ -159,6 +174,8 @@ class PathSettings:
             "seed": _integer("seed", self.seed),
             "reset_endpoints": _flag("reset_endpoints", self.reset_endpoints),
             "calibrate": _flag("calibrate", self.calibrate),
+            "calibration": _choice("calibration", self.calibration, CALIBRATIONS, "calibration"),
+            "calibration_folds": _integer("calibration_folds", self.calibration_folds, 2),
             "calibration_seed": _integer("calibration_seed", self.calibration_seed),
             "calibration_fraction": float(fraction),
             "batch_size": _integer("batch_size", self.batch_size, 1, optional=True),

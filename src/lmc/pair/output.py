@@ -22,13 +22,18 @@ CURVE_FILE, SUMMARY_FILE, PATH_FIGURE = "curve.csv", "summary.json", "path.png"
 
 
 def path_summary(path: PathResult) -> dict[str, Any]:
-    """The per-λ curve, every barrier and how the path was measured (no metadata)."""
+    """The per-λ curve, every barrier and how the path was measured (no metadata), including
+    the calibration used (``calibration_method``: ``split`` or ``crossfit``, ``None`` when not
+    calibrated; ``calibration_folds``: K of ``crossfit``) and the λ whose calibration is
+    undefined (``calibration_at_bound``: their β and calibrated loss are ``null``)."""
     return {
         **path.curves(),
         **path.barriers(),
         "bn": path.bn,
         "method": path.method,
         "calibrate": path.calibrate,
+        "calibration_method": path.calibration_method,
+        "calibration_folds": path.calibration_folds,
         "calibration_seed": path.calibration_seed,
         "calibration_fraction": path.calibration_fraction,
         "num_examples": path.num_examples,

@@ -14,9 +14,9 @@ from lmc.store import atomic_path, write_text
 
 from . import figures as F
 from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, to_html, to_markdown
-from .results import Results, load_results
+from .results import Results, load_results, method_sort_key
 from .style import fmt_wd, fmt_width, method_style
-from .table import merge_table1, table1
+from .table import CALIBRATION_COLUMNS, merge_table1, table1
 
 DASH = "—"
 
@@ -56,6 +56,7 @@ def fmt_seconds(seconds: Any) -> str:
 
 
 # ---- Table 1 --------------------------------------------------------------------------------
+UNDEFINED_HEADER = "pairs with undefined calibration"
 # (header, row -> cell, align, columns that must be finite somewhere for it to be shown)
 TABLE1_VIEW: tuple[tuple[str, Callable[[dict], str], str, tuple[str, ...]], ...] = (
     ("width", lambda r: fmt_width(float(r["width"])), "r", ()),
@@ -113,12 +114,26 @@ TABLE1_VIEW: tuple[tuple[str, Callable[[dict], str], str, tuple[str, ...]], ...]
         "r",
         ("ensemble_inverse_temperature_mean",),
     ),
+    (
+        UNDEFINED_HEADER,
+        lambda r: fmt_count(r.get("undefined_calibration_pairs")),
+        "r",
+        ("undefined_calibration_pairs",),
+    ),
 )
 
 
+def fmt_count(value: Any) -> str:
+    return str(int(value)) if _ok(value) else DASH
+
+
 def table1_block(rows: list[dict], caption: str = "") -> Table:
-    """Table 1 rows (one weight decay) as a table; columns with no finite value are dropped."""
+    """Table 1 rows (one weight decay) as a table; columns with no finite value are dropped,
+    and the count of pairs with an undefined calibration unless some pair has one."""
     view = [v for v in TABLE1_VIEW if all(any(_ok(r.get(c)) for r in rows) for c in v[3])]
+    counts = [r.get("undefined_calibration_pairs") for r in rows]
+    if not any(_ok(c) and c > 0 for c in counts):
+        view = [v for v in view if v[0] != UNDEFINED_HEADER]
     return Table(
         header=[v[0] for v in view],
         rows=[[v[1](r) for v in view] for r in rows],
@@ -132,14 +147,34 @@ def _list(values: list, fmt: Callable = str) -> str:
     return ", ".join(fmt(v) for v in values) if values else DASH
 
 
+def calibration_text(res: Results) -> str:
+    """How the results were calibrated: one clause per calibration used
+    (``Results.calibrations``)."""
+    parts = []
+    for method, value in res.calibrations:
+        if method == "crossfit":
+            parts.append(
+                f"cross-fitted over {value} folds: for each fold β is fitted on the other "
+                f"{value - 1} folds and the loss is measured on the held-out fold, so every "
+                "example is scored once, by a β that never saw it"
+            )
+        else:
+            share = 0.2 if value is None else value
+            parts.append(
+                f"split: β fitted on a random {share:.0%} of the split, loss measured on the "
+                f"other {1 - share:.0%}"
+            )
+    return "; ".join(parts)
+
+
 def study_summary(res: Results) -> str:
     name = res.study.get("name")
     unit = "hidden units" if res.width_counts_units else "× channel multiplier"
     lams = res.lams
     grid = f"{len(lams)} values of λ from {lams[0]:g} to {lams[-1]:g}" if lams else "no λ"
     calib = (
-        "Losses are reported raw and after softmax temperature calibration (β fitted on a "
-        "random 20% of the split, loss measured on the other 80%)."
+        "Losses are reported raw and after softmax temperature calibration "
+        f"({calibration_text(res)})."
         if res.calibrated
         else "Calibration was off: only raw losses are reported."
     )
@@ -248,7 +283,9 @@ def build_blocks(
     res: Results, title: str, figure_dir: Path, *, quiet: bool = True
 ) -> tuple[list[Block], list[str]]:
     """The report's blocks and the figure paths written."""
-    t1 = merge_table1(table1(res.rows), res.table1_rows)
+    t1 = merge_table1(
+        table1(res.rows), res.table1_rows, CALIBRATION_COLUMNS if res.undefined else ()
+    )
     figs = _Figures(figure_dir)
     wds = res.weight_decays
     many_wd = len(wds) > 1
@@ -278,6 +315,14 @@ def build_blocks(
         blocks.append(Note("Only one width was run, so figures against width are skipped."))
     if len(res.pairs) < 2:
         blocks.append(Note("Only one pair was run, so standard deviations are 0."))
+    if res.undefined:
+        blocks.append(
+            Note(
+                f"Calibration hit its bound in {len(res.undefined)} cells: their inverse "
+                "temperature and calibrated loss are undefined and left out of every mean, "
+                "table and figure (listed under Undefined values)."
+            )
+        )
 
     blocks.append(Heading(2, "Table 1: barriers at λ = ½"))
     blocks.append(
@@ -285,7 +330,8 @@ def build_blocks(
             "As in the width paper's Table 1: at λ = ½, mean ± std over pairs; accuracy in "
             "percent, the accuracy barrier ½(acc_A + acc_B) − acc(θ(½)) in percentage points "
             "(pp), loss barriers L(θ(½)) − ½(L_A + L_B) in nats (may be negative), β the fitted "
-            "inverse temperature. "
+            "inverse temperature; undefined calibrations are left out of the means "
+            "(see Undefined values). "
             + (
                 "Values from `table1.csv`."
                 if res.table1_rows
@@ -302,6 +348,8 @@ def build_blocks(
         blocks.append(
             table1_block(rows, f"{res.dataset} · {res.model} · weight decay {fmt_wd(wd)}")
         )
+
+    blocks += undefined_values(res)
 
     def section(heading: str, intro: str, name: str, level: int = 2) -> None:
         blocks.append(Heading(level, heading))
@@ -345,6 +393,76 @@ def build_blocks(
 
     blocks += reproducibility(res)
     return blocks, figs.paths
+
+
+def undefined_values(res: Results) -> list[Block]:
+    """The "Undefined values" section: where and how often calibration hit the bound of its β
+    search (``Results.undefined``), one table row per (weight decay, width, method, pair,
+    model) with its λ; nothing when calibration was off."""
+    if not res.calibrated:
+        return []
+    blocks: list[Block] = [Heading(2, "Undefined values")]
+    cells = res.undefined
+    scored = 2 * sum(
+        1
+        for r in res.rows
+        if any(_ok(r.get(k)) for k in ("calibrated_loss", "calibration_at_bound"))
+    )
+    if not cells:
+        blocks.append(
+            Para(
+                f"No calibration hit the bound of its β search: all {scored} inverse "
+                "temperatures and calibrated losses (merged models and ensembles) are defined."
+            )
+        )
+        return blocks
+    merged = sum(c["model"] == "merged" for c in cells)
+    advice = (
+        ' Cross-fitted calibration (`calibration = "crossfit"`, which `auto` picks for small '
+        "splits) fits each β on (K − 1)/K of the split and makes this rarer."
+        if any(m == "split" for m, _ in res.calibrations)
+        else ""
+    )
+    blocks.append(
+        Para(
+            f"Calibration hit the bound of its β search in **{len(cells)}** of {scored} "
+            f"calibrated cells ({merged} merged models θ(λ), {len(cells) - merged} ensembles), "
+            "typically because the examples a β was fitted on were all classified correctly, so "
+            "that no finite β minimises their cross-entropy. There the inverse temperature and "
+            "the calibrated loss are "
+            "undefined: they are left out of every mean, table and figure of this report and "
+            "of `table1.csv`, a calibrated barrier that needs one of them is undefined too, "
+            f"and Table 1 counts the pairs concerned.{advice}"
+        )
+    )
+    groups: dict[tuple, list[float]] = {}
+    for c in cells:
+        key = (c["weight_decay"], c["width"], c["method"], c["pair"], c["model"])
+        groups.setdefault(key, []).append(c["lam"])
+    rows = [
+        [
+            fmt_wd(wd),
+            fmt_width(float(width)),
+            method_style(method)[2],
+            str(pair),
+            "merged θ(λ)" if model == "merged" else "ensemble",
+            ", ".join(f"{v:g}" for v in sorted(lams)),
+            str(len(lams)),
+        ]
+        for (wd, width, method, pair, model), lams in sorted(
+            groups.items(),
+            key=lambda g: (-g[0][0], g[0][1], method_sort_key(g[0][2]), g[0][3], g[0][4]),
+        )
+    ]
+    blocks.append(
+        Table(
+            header=["weight decay", "width", "method", "pair", "model", "λ", "cells"],
+            rows=rows,
+            caption="Cells whose calibration is undefined (β on the bound of its search)",
+            align=["r", "r", "l", "r", "l", "l", "r"],
+        )
+    )
+    return blocks
 
 
 def reproducibility(res: Results) -> list[Block]:

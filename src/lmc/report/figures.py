@@ -5,6 +5,8 @@ figure could not be drawn (missing inputs never raise).
 Conventions: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A, plotted at the left); accuracies are shown
 in percent, accuracy barriers in percentage points, losses in nats; "mean ± std" is over pairs
 with the sample std (ddof = 1). Widths are MLP hidden units or CNN channel multipliers.
+Undefined calibrations (a β on the bound of its search) are NaN in ``Results.rows``, so no
+figure's mean includes one; the captions of the calibrated figures say how many were left out.
 """
 
 from __future__ import annotations
@@ -63,6 +65,18 @@ def width_label(res: Results) -> str:
 def header(res: Results, wd: float | None = None) -> str:
     text = f"{res.dataset} · {res.model}"
     return text if wd is None else f"{text} · weight decay {fmt_wd(wd)}"
+
+
+def undefined_note(res: Results) -> str:
+    """A caption sentence saying how many calibrations were undefined and left out, or ``""``."""
+    n = len(res.undefined)
+    if not n:
+        return ""
+    return (
+        f" {n} calibration{'s' if n != 1 else ''} hit the bound of the β search: "
+        f"{'their' if n != 1 else 'its'} β and calibrated loss are undefined and left out of "
+        "these means (see Undefined values)."
+    )
 
 
 def pairs_text(res: Results) -> str:
@@ -244,7 +258,7 @@ def barriers_vs_width(res: Results, wd: float) -> Plot | Skip:
     caption = (
         f"Midpoint barriers B(½) = value(θ(½)) − mean of the endpoints (accuracy sign reversed, "
         f"so a drop is positive) against width, mean ± std over {pairs_text(res)}; the "
-        f"black line is zero barrier. {calib}"
+        f"black line is zero barrier. {calib}{undefined_note(res) if res.calibrated else ''}"
     )
     return Plot(f"barriers_vs_width_wd{fmt_wd(wd)}", title, caption, render(fig))
 
@@ -305,6 +319,7 @@ def interpolation_curves(res: Results, wd: float) -> Plot | Skip:
         f"endpoints), mean over {pairs_text(res)}, one line per width from narrow (dark) to "
         f"wide (light); rows: {shown}. Look for the bump at λ = ½ shrinking as width grows"
         f"{' and for the calibrated loss flattening' if res.calibrated else ''}."
+        f"{undefined_note(res) if res.calibrated else ''}"
     )
     return Plot(f"interpolation_wd{fmt_wd(wd)}", title, caption, render(fig))
 
@@ -366,7 +381,7 @@ def inverse_temperature(res: Results, wd: float) -> Plot | Skip:
         f"Fitted inverse temperature β of the merged model θ(½) (solid, mean ± std over "
         f"{pairs_text(res)}), of the ensemble (dashed) and of the endpoints (dotted) against "
         f"width. A merged model whose logits shrink needs a large β: growth of the "
-        f"midpoint's β with width is itself a finding.{prediction}"
+        f"midpoint's β with width is itself a finding.{prediction}{undefined_note(res)}"
     )
     return Plot(f"inverse_temperature_wd{fmt_wd(wd)}", title, caption, render(fig))
 
@@ -672,6 +687,7 @@ def weight_decay_ablation(res: Results) -> Plot | Skip:
         f"loss barrier (middle) against width, mean ± std over {pairs_text(res)}.{lewc} The "
         f"width paper finds that weak weight decay (1e-4) raises weight rank and breaks LEWC "
         f"and LMC together: lower merged accuracy, larger barriers, lower cosines."
+        f"{undefined_note(res) if res.calibrated else ''}"
     )
     return Plot("weight_decay_ablation", title, caption, render(fig))
 

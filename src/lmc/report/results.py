@@ -6,6 +6,12 @@ Files (see the package docstring for columns): ``results.csv`` (required), ``stu
 optional). Numbers are parsed to ``float`` (``pair`` and ``layer`` to ``int``); an empty cell,
 ``nan`` or ``None`` becomes NaN; a missing column reads as NaN everywhere. Path convention:
 θ(λ) = (1 − λ)θ_A + λθ_B, so ``lam`` = 0 is model A and 1 is model B. Accuracies are fractions.
+
+Undefined values: where a row's calibration hit the bound of its β search
+(:func:`lmc.experiments.table.calibration_undefined`: the ``calibration_at_bound`` flags, or a
+recorded β on the bound in results written before the flags), its inverse temperature and
+calibrated loss are set to NaN as the rows are loaded, so no figure, table or mean of the report
+can include them; :attr:`Results.undefined` lists those cells for the report to name.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ from lmc.experiments.cells import (  # noqa: F401  (re-exported for the figures)
     number,
     read_csv,
 )
+from lmc.experiments.table import calibration_undefined, drop_undefined
 
 
 @dataclass
 class Results:
     """A parsed results folder. Optional inputs that are absent are ``None``; ``notes`` lists
-    optional files that were absent or unreadable (the report shows them)."""
+    optional files that were absent or unreadable (the report shows them). ``rows`` have their
+    undefined calibrations dropped (module doc); ``undefined`` lists them, one dict per cell
+    with ``width``, ``weight_decay``, ``method``, ``pair``, ``lam`` and ``model`` (``merged``
+    for θ(λ) itself, ``ensemble`` for the ensemble (1 − λ)f_A + λf_B), in the rows' order."""
 
     path: Path
     rows: list[dict[str, Any]]
@@ -46,6 +56,7 @@ class Results:
     spectra: list[dict[str, Any]] | None = None
     table1_rows: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
+    undefined: list[dict[str, Any]] = field(default_factory=list)
 
     # ---- the grid -------------------------------------------------------------------------
     def _distinct(self, key: str) -> list:
@@ -103,8 +114,36 @@ class Results:
 
     @property
     def calibrated(self) -> bool:
-        """Whether any calibrated loss was recorded (calibration on)."""
-        return any(math.isfinite(r.get("calibrated_loss", math.nan)) for r in self.rows)
+        """Whether calibration was on: a calibrated loss was recorded or a calibration was
+        undefined (every calibrated loss may be undefined on a tiny split)."""
+        return bool(self.undefined) or any(
+            math.isfinite(r.get("calibrated_loss", math.nan)) for r in self.rows
+        )
+
+    @property
+    def calibrations(self) -> list[tuple[str, float | None]]:
+        """The calibrations the rows used, in order of appearance: ``("crossfit", K)`` or
+        ``("split", fraction)``; ``("split", None)`` for calibrated rows written before
+        results.csv recorded the calibration (those used the 20/80 split). Empty when
+        calibration was off."""
+        if not self.calibrated:
+            return []
+        seen: dict[tuple[str, float | None], None] = {}
+        for r in self.rows:
+            if not any(
+                math.isfinite(r.get(k, math.nan))
+                for k in ("calibrated_loss", "calibration_at_bound")
+            ):
+                continue  # not calibrated
+            folds = r.get("calibration_folds", math.nan)
+            fraction = r.get("calibration_fraction", math.nan)
+            if math.isfinite(folds):
+                seen[("crossfit", int(folds))] = None
+            elif math.isfinite(fraction):
+                seen[("split", fraction)] = None
+            else:
+                seen[("split", None)] = None
+        return list(seen)
 
     @property
     def num_layers(self) -> int | None:
@@ -205,6 +244,8 @@ def load_results(results_dir: str | os.PathLike) -> Results:
     if not results_csv.exists():
         raise LmcError(f"{path} has no results.csv; run `lmc sweep` first to write one there")
     rows = read_csv(results_csv)
+    undefined = _undefined_cells(rows)
+    rows = [drop_undefined(r) for r in rows]
     if not rows:
         raise LmcError(f"{results_csv} has no rows; run `lmc sweep` again to fill it")
     missing = [c for c in REQUIRED_RESULT_COLUMNS if c not in rows[0]]
@@ -245,4 +286,21 @@ def load_results(results_dir: str | os.PathLike) -> Results:
         spectra=spectra,
         table1_rows=table1_rows,
         notes=notes,
+        undefined=undefined,
     )
+
+
+def _undefined_cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells whose calibration is undefined (module doc), one dict per (row, model)."""
+    out = []
+    for r in rows:
+        for flag, undefined in calibration_undefined(r).items():
+            if undefined:
+                out.append(
+                    {
+                        **{k: r.get(k) for k in ("width", "weight_decay", "method", "pair")},
+                        "lam": r.get("lam"),
+                        "model": "ensemble" if flag.startswith("ensemble") else "merged",
+                    }
+                )
+    return out

@@ -4,19 +4,37 @@ summary computed from ``results.csv`` (:func:`lmc.experiments.table1`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from lmc.experiments.cells import method_sort_key, number
 from lmc.experiments.table import TABLE1_COLUMNS, int_if_whole, table1
 
-__all__ = ["TABLE1_COLUMNS", "merge_table1", "table1"]
+__all__ = ["CALIBRATION_COLUMNS", "TABLE1_COLUMNS", "merge_table1", "table1"]
+
+#: The Table 1 columns that an undefined calibration affects (β means, calibrated barriers and
+#: the count of pairs left out): recomputed from results.csv when any calibration is undefined,
+#: so a table1.csv written before undefined values were dropped cannot bring a bound value back.
+CALIBRATION_COLUMNS = (
+    "calibrated_midpoint_loss_barrier_mean",
+    "calibrated_midpoint_loss_barrier_std",
+    "inverse_temperature_mean",
+    "ensemble_inverse_temperature_mean",
+    "undefined_calibration_pairs",
+)
 
 
-def merge_table1(computed: list[dict[str, Any]], given: list[dict[str, Any]] | None) -> list[dict]:
+def merge_table1(
+    computed: list[dict[str, Any]],
+    given: list[dict[str, Any]] | None,
+    recompute: Iterable[str] = (),
+) -> list[dict]:
     """Prefer the values of a ``table1.csv`` written by ``lmc.experiments``; fill any column
-    or row it lacks from ``computed``."""
+    or row it lacks from ``computed``, and take the columns of ``recompute`` from
+    ``computed`` always."""
     if not given:
         return computed
+    recompute = set(recompute)
     index = {(number(r["width"]), number(r["weight_decay"]), r["method"]): r for r in computed}
     out = []
     seen = set()
@@ -27,6 +45,8 @@ def merge_table1(computed: list[dict[str, Any]], given: list[dict[str, Any]] | N
         seen.add(key)
         base = dict(index.get(key, {}))
         for column in TABLE1_COLUMNS:
+            if column in recompute and column in base:
+                continue
             value = g.get(column)
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
