@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lmc.config import LmcError, progress
+from lmc.config import LmcError, check_finite, check_lambda, progress
 from lmc.merge import lerp_into
 from lmc.models import ProbePoint, eval_mode
 
@@ -262,6 +262,7 @@ def _batches(
     limit = math.inf if max_examples is None else max_examples
     if isinstance(inputs, torch.Tensor):
         stop = int(min(inputs.shape[0], limit))
+        check_finite("inputs", inputs[:stop])
         for start in range(0, stop, batch_size):
             yield inputs[start : min(start + batch_size, stop)]
         return
@@ -271,6 +272,7 @@ def _batches(
         if not isinstance(x, torch.Tensor):
             raise LmcError(f"inputs must be a tensor or batches of tensors, got {type(x).__name__}")
         x = x[: int(min(x.shape[0], limit - seen))]
+        check_finite(f"inputs (batch at example {seen})", x)
         if x.shape[0]:
             yield x
         seen += x.shape[0]
@@ -286,9 +288,10 @@ def _batch_count(inputs: Any, batch_size: int, max_examples: int | None) -> int 
 
 
 def _check_lams(lam: float | Sequence[float]) -> list[float]:
-    lams = [float(lam)] if isinstance(lam, (int, float)) else [float(v) for v in lam]
-    if not lams or not all(math.isfinite(v) for v in lams):
-        raise LmcError(f"lam must be one or more finite numbers (0 = A, 1 = B), got {lam!r}")
+    values = [lam] if isinstance(lam, (int, float)) else list(lam)
+    if not values:
+        raise LmcError("lam must be one or more numbers in [0, 1] (0 = A, 1 = B), got none")
+    lams = [check_lambda(v, "lam") for v in values]
     return list(dict.fromkeys(lams))
 
 

@@ -1,18 +1,32 @@
-"""Shared foundations: errors and warnings, devices, seeds, canonical configs, progress,
-environment."""
+"""Shared foundations: errors and warnings, input checks (:mod:`lmc.config.validate`),
+devices, seeds, canonical configs, progress, environment."""
 
 from .canonical import canonical_json, config_hash
 from .device import resolve_device
 from .environment import environment_info
 from .errors import LmcError, LmcWarning
 from .progress import progress
+from .validate import (
+    check_finite,
+    check_int,
+    check_labels,
+    check_lambda,
+    check_number,
+    warn_undefined,
+)
 
 __all__ = [
     "LmcError",
     "LmcWarning",
     "canonical_json",
+    "check_finite",
+    "check_int",
+    "check_labels",
+    "check_lambda",
+    "check_number",
     "config_hash",
     "environment_info",
     "progress",
     "resolve_device",
+    "warn_undefined",
 ]

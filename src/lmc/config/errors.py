@@ -1,8 +1,8 @@
 """The one exception type users see, and the one warning category."""
 
 
-class LmcError(Exception):
-    """A problem with the user's input or files.
+class LmcError(ValueError):
+    """A problem with the user's input or files (a ``ValueError``).
 
     The message says what was wrong and what to do. The command-line tool prints it as one
     line, without a traceback, and exits with status 2.

@@ -31,6 +31,10 @@ resolved study (defaults filled in) is what gets recorded beside the results.
     methods = ["none", "weight"]     # none, weight, activation, ste, random
     lambdas = 11                     # number of grid points, or a list
     calibrate = true
+    calibration = "auto"             # split: beta on a random 20%, scored on the other 80%;
+                                     # crossfit: K folds, beta on K - 1, every example scored
+                                     # once; auto: crossfit below 1000 calibration examples
+    calibration_folds = 5            # K of crossfit (>= 2)
     calibration_seed = 0
     bn = "auto"                      # auto, reset, repair, none
     align_seed = 0
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -53,6 +58,7 @@ from typing import Any
 
 from lmc.config import LmcError
 from lmc.data import DATASETS
+from lmc.metrics import CALIBRATIONS
 from lmc.models import MODELS, check_options, get_model
 from lmc.train import TrainSettings
 
@@ -80,6 +86,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "methods": ((list,), ["none", "weight"]),
         "lambdas": ((int, list), 11),
         "calibrate": ((bool,), True),
+        "calibration": ((str,), "auto"),
+        "calibration_folds": ((int,), 5),
         "calibration_seed": ((int,), 0),
         "bn": ((str,), "auto"),
         "align_seed": ((int,), 0),
@@ -119,6 +127,11 @@ def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     for key, (types, default) in SCHEMA[""].items():
         study[key] = raw.get(key, default)
         _check_type(key, study[key], types, source)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", study["name"]):
+        raise LmcError(
+            f"'name'{_where(source)} must be a plain name (letters, digits, '.', '_', '-'; "
+            f"no '/' or '..'; it names the output folder), got {study['name']!r}"
+        )
     for section in SECTIONS:
         given = raw.get(section, {})
         if not isinstance(given, dict):
@@ -225,6 +238,15 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
         raise LmcError(f"'merge.methods'{where} is empty")
     if merge["bn"] not in BN_MODES:
         raise LmcError(f"'merge.bn'{where} must be one of {', '.join(BN_MODES)}")
+    if merge["calibration"] not in CALIBRATIONS:
+        raise LmcError(
+            f"'merge.calibration'{where} must be one of {', '.join(CALIBRATIONS)}, "
+            f"got {merge['calibration']!r}"
+        )
+    if merge["calibration_folds"] < 2:
+        raise LmcError(
+            f"'merge.calibration_folds'{where} must be at least 2, got {merge['calibration_folds']}"
+        )
     if isinstance(merge["lambdas"], int) and merge["lambdas"] < 2:
         raise LmcError(f"'merge.lambdas'{where} must be at least 2 points or a list")
     lams = study["analysis"]["lambdas"]

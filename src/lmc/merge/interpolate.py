@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from lmc.config import LmcError
+from lmc.config import LmcError, check_lambda
 from lmc.models.compare import check_same_architecture
 
 StateDict = dict[str, torch.Tensor]
@@ -24,13 +24,12 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _check_lambda(lam: float) -> float:
-    try:
-        lam = float(lam)
-    except (TypeError, ValueError) as exc:
-        raise LmcError(f"lambda must be a number, got {lam!r}") from exc
-    if not math.isfinite(lam):
-        raise LmcError(f"lambda must be finite, got {lam}")
-    return lam
+    """λ as a float in [0, 1] (numpy and 0-d tensor numbers accepted)."""
+    if isinstance(lam, torch.Tensor) and lam.numel() == 1:
+        lam = lam.item()
+    if hasattr(lam, "item") and not isinstance(lam, (int, float)):
+        lam = lam.item()  # numpy scalars
+    return check_lambda(lam)
 
 
 def _mix(a: torch.Tensor, b: torch.Tensor, lam: float) -> torch.Tensor:
@@ -48,8 +47,8 @@ def lerp(
 ) -> StateDict:
     """The state dict theta(lam) = (1 - lam) * theta_A + lam * theta_B.
 
-    - floating entries (parameters and floating buffers) are interpolated; ``lam`` outside
-      [0, 1] extrapolates;
+    - floating entries (parameters and floating buffers) are interpolated; ``lam`` must lie in
+      [0, 1] (``LmcError`` otherwise: the path runs from A to B);
     - integer entries (e.g. ``num_batches_tracked``) are copied from A;
     - ``lam == 0`` returns a copy of A and ``lam == 1`` a copy of B's floating entries (cast to
       A's dtype), bit for bit;

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmc.config import LmcError
+from lmc.config import LmcError, check_finite, check_labels
 from lmc.models import module_device
 from lmc.models.compare import check_same_architecture
 
@@ -105,6 +105,11 @@ def align(
     state_b = model_b.state_dict()
     if not isinstance(inputs, torch.Tensor) or inputs.shape[0] < 1:
         raise LmcError("align needs a non-empty tensor of inputs (the example input for tracing)")
+    check_finite("inputs", inputs)
+    check_finite("model A's weights", state_a)
+    check_finite("model B's weights", state_b)
+    if labels is not None:
+        check_labels("labels", labels)
     device = module_device(model_a)
     start = time.perf_counter()
     if spec is None:

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lmc.config import LmcError, progress
+from lmc.config import LmcError, check_finite, progress
+from lmc.models.compare import check_same_architecture
 
 from .lap import linear_assignment
 from .ops import MatchResult, check_permutation, identity_permutation, matching_objective
@@ -278,6 +279,9 @@ def weight_matching(
         raise LmcError(f"max_iter must be at least 1, got {max_iter}")
     if not tol >= 0:
         raise LmcError(f"tol must be a non-negative number, got {tol}")
+    check_same_architecture(state_a, state_b, purpose="weight matching")
+    check_finite("model A's weights", state_a)
+    check_finite("model B's weights", state_b)
     sizes = spec.group_sizes
     if init_perm is not None:
         check_permutation(spec, init_perm)

@@ -1,0 +1,105 @@
+"""Checks at the door: every public function and every CLI verb validates its input here, so
+the library and the command line say the same thing about the same mistake.
+
+Each check raises :class:`lmc.config.LmcError` (a ``ValueError``) whose one-line message names
+the argument and what was wrong; :func:`warn_undefined` emits :class:`lmc.config.LmcWarning`
+for a result that is undefined (NaN) and says why.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .errors import LmcError, LmcWarning
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = 1) -> int:
+    """``value`` as an int, or ``LmcError`` if it is not an integer ≥ ``minimum``."""
+    if not _is_int(value):
+        raise LmcError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise LmcError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    positive: bool = False,
+) -> float:
+    """``value`` as a finite float within the bounds (``positive``: > 0), or ``LmcError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise LmcError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise LmcError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise LmcError(f"{name} must be positive, got {value}")
+    if minimum is not None and value < minimum:
+        raise LmcError(f"{name} must be at least {minimum:g}, got {value:g}")
+    if maximum is not None and value > maximum:
+        raise LmcError(f"{name} must be at most {maximum:g}, got {value:g}")
+    return float(value)
+
+
+def check_lambda(value: Any, name: str = "lambda") -> float:
+    """A point of the path θ(λ) = (1 − λ)θ_A + λθ_B: a finite number in [0, 1]."""
+    return check_number(name, value, minimum=0.0, maximum=1.0)
+
+
+def check_finite(name: str, value: torch.Tensor | Mapping[str, Any]) -> None:
+    """``LmcError`` if a tensor (or any floating tensor of a state dict) holds NaN or inf,
+    naming the tensor and how many values."""
+    if isinstance(value, Mapping):
+        for key, tensor in value.items():
+            if isinstance(tensor, torch.Tensor):
+                check_finite(f"{name}[{key!r}]", tensor)
+        return
+    if not isinstance(value, torch.Tensor):
+        raise LmcError(f"{name} must be a tensor, got {type(value).__name__}")
+    if value.is_floating_point() or value.is_complex():
+        bad = int((~torch.isfinite(value)).sum())
+        if bad:
+            raise LmcError(
+                f"{name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf) of "
+                f"{value.numel()}; check the data or the model's weights"
+            )
+
+
+def check_labels(name: str, labels: torch.Tensor, num_classes: int | None = None) -> None:
+    """``LmcError`` unless ``labels`` is a 1-D integer tensor in [0, num_classes)."""
+    if not isinstance(labels, torch.Tensor):
+        raise LmcError(f"{name} must be a tensor of class indices, got {type(labels).__name__}")
+    if labels.is_floating_point() or labels.dtype == torch.bool:
+        raise LmcError(f"{name} must hold integer class indices, got dtype {labels.dtype}")
+    if labels.dim() != 1:
+        raise LmcError(f"{name} must be 1-D (one class index per example), got shape "
+                       f"{tuple(labels.shape)}")  # fmt: skip
+    if labels.numel() == 0:
+        return
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0:
+        raise LmcError(f"{name} holds a negative class index ({low})")
+    if num_classes is not None and high >= num_classes:
+        raise LmcError(
+            f"{name} holds class {high} but the model has {num_classes} classes "
+            f"(0..{num_classes - 1})"
+        )
+
+
+def warn_undefined(message: str, *, stacklevel: int = 3) -> None:
+    """Warn (:class:`LmcWarning`) that a result is undefined (NaN) and why."""
+    warnings.warn(message, LmcWarning, stacklevel=stacklevel)
