@@ -86,6 +86,11 @@ def resolve_run(text: str, runs_dir: str | None):
         store = Path(runs_dir) if runs_dir is not None else default_runs_dir()
         if (store / text).is_dir():
             path = store / text
+        elif path.exists():
+            raise LmcError(
+                f"{text} is a file, not a run: give a run folder (lmc train prints it) or its "
+                "name in the run store"
+            )
     return load_run(path)
 
 

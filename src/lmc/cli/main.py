@@ -17,6 +17,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "analyze": ("analyze", "layerwise analysis: LEWC, LLFC, weak additivity, orthogonality"),
     "sweep": ("sweep", "run an experiment described by a TOML file"),
     "report": ("report", "write report.md and report.html from a results folder"),
+    "recipes": ("recipes", "list the packaged recipes, or show one to edit"),
     "demo": ("demo", "the width study on digits, end to end, with a report"),
 }
 
@@ -87,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except LmcError as exc:
         print(f"lmc {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a read-only folder, a full disk, ...: one line naming the path
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"lmc {args.verb}: error: cannot write or read{where}: {exc.strerror or exc}",
+              file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         print(f"lmc {args.verb}: interrupted", file=sys.stderr)
