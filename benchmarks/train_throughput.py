@@ -1,29 +1,40 @@
-"""Training throughput of lmc's loop against the machine's matmul rate, measured in one run.
+"""Training throughput of lmc's loop in float32 and bfloat16 autocast, measured in one run.
 
-For MLPs (depth 3) of widths 512 and 2048 on Fashion-MNIST (synthetic data of the same shape
-when the files are absent), it times whole epochs of ``lmc.train.fit`` (shuffling, indexing,
-forward, backward, fused SGD step, per-epoch test evaluation excluded) and reports samples/s and
-achieved GFLOP/s. FLOPs are counted exactly for the Linear layers: forward 2*in*out per example
-and layer, backward 2*in*out for the weight gradient plus 2*in*out for the input gradient
-(except the first layer, whose input needs none). The reference rate is a float32 matmul of
-the workload's largest shape, (batch x width) @ (width x width), measured just before and
-after the timed epochs (the higher of the two is used, so the ratio errs low on a busy machine).
+Throughput (the default): for depth-3 MLPs of each width in ``--widths`` it times
+``lmc.train.fit`` (shuffling, indexing, forward, backward, fused SGD step; no test evaluation)
+over ``--steps`` steps of batch ``--batch-size`` on random Fashion-MNIST-shaped data, with
+``precision="fp32"`` and ``precision="bf16"`` interleaved (``--repeats`` rounds, the order
+alternating each round, the best time of each kept), so both see the same machine load. It
+reports steps/s per precision, the bf16/fp32 step-rate ratio and the achieved GFLOP/s. FLOPs
+are counted exactly for the Linear layers: forward 2*in*out per example and layer, backward
+2*in*out for the weight gradient plus 2*in*out for the input gradient (except the first layer,
+whose input needs none). Each precision's GFLOP/s is also given as a fraction of a matmul of
+the workload's largest shape, (batch x width) @ (width x width), in that dtype, measured just
+before and after the width's timed steps (the higher of the two is used, so the fraction errs
+low on a busy machine).
 
-    python benchmarks/train_throughput.py [--batch-size 128] [--widths 512,2048] [--epochs 1]
+Accuracy (``--accuracy``): trains one MLP of width ``--width`` on Fashion-MNIST for
+``--epochs`` epochs with the same seeds in fp32 and bf16 and prints both final test accuracies
+(always evaluated in float32) and their difference in points.
+
+    python benchmarks/train_throughput.py [--batch-size 128] [--widths 512,1024,2048,4096]
+        [--steps 40] [--repeats 3] [--threads N] [--device cpu]
+    python benchmarks/train_throughput.py --accuracy [--width 2048] [--epochs 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
-from _common import matmul_gflops
+from _common import best_time
 
-from lmc.data import load
+from lmc.data import Dataset, load
 from lmc.models import build
-from lmc.train import TrainSettings, fit
+from lmc.train import PRECISIONS, TrainSettings, fit
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def training_flops_per_example(model: torch.nn.Module) -> int:
@@ -35,52 +46,119 @@ def training_flops_per_example(model: torch.nn.Module) -> int:
     return flops
 
 
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, device: str, repeats: int = 20):
+    """Measured GFLOP/s of an (m x k) @ (k x n) matmul in ``dtype`` on ``device``."""
+    a = torch.randn(m, k, device=device, dtype=dtype)
+    b = torch.randn(k, n, device=device, dtype=dtype)
+    out = torch.empty(m, n, device=device, dtype=dtype)
+
+    def run() -> None:
+        for _ in range(repeats):
+            torch.mm(a, b, out=out)
+
+    return 2 * m * k * n * repeats / best_time(run, repeats=3) / 1e9
+
+
+def time_fit(
+    model: torch.nn.Module, initial: dict, data: Dataset, settings: TrainSettings, device: str
+) -> float:
+    """Seconds for one epoch of ``fit`` from the ``initial`` weights (reset outside the timing,
+    so every repeat trains the same steps)."""
+    model.load_state_dict(initial)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fit(model, data, settings, device=device, evaluate_test=False)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def throughput(args: argparse.Namespace) -> None:
+    data = load(
+        "synthetic",
+        input_shape=(1, 28, 28),
+        train_size=args.steps * args.batch_size,
+        test_size=args.batch_size,
+        device=args.device,
+    )
+    print(
+        f"random Fashion-MNIST-shaped data; depth-3 MLP, batch {args.batch_size}, "
+        f"{args.steps} steps x best of {args.repeats} interleaved repeats; device {args.device}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"{'width':>6} {'fp32 steps/s':>13} {'bf16 steps/s':>13} {'bf16/fp32':>10} "
+        f"{'fp32 GFLOP/s':>13} {'bf16 GFLOP/s':>13} {'fp32/mm':>8} {'bf16/mm':>8}"
+    )
+    for width in (int(w) for w in args.widths.split(",")):
+        model = build("mlp", seed=0, input_size=784, width=width, depth=3, num_classes=10)
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        settings = {
+            p: TrainSettings(epochs=1, batch_size=args.batch_size, precision=p) for p in PRECISIONS
+        }
+        for p in PRECISIONS:  # warm-up: allocator, oneDNN kernel creation
+            time_fit(model, initial, data, settings[p], args.device)
+        before = {
+            p: matmul_gflops(args.batch_size, width, width, DTYPES[p], args.device)
+            for p in PRECISIONS
+        }
+        best = {p: float("inf") for p in PRECISIONS}
+        for r in range(args.repeats):
+            for p in PRECISIONS if r % 2 == 0 else PRECISIONS[::-1]:
+                best[p] = min(best[p], time_fit(model, initial, data, settings[p], args.device))
+        after = {
+            p: matmul_gflops(args.batch_size, width, width, DTYPES[p], args.device)
+            for p in PRECISIONS
+        }
+        rate = {p: args.steps / best[p] for p in PRECISIONS}
+        flops_per_step = training_flops_per_example(model) * args.batch_size
+        gflops = {p: rate[p] * flops_per_step / 1e9 for p in PRECISIONS}
+        frac = {p: gflops[p] / max(before[p], after[p]) for p in PRECISIONS}
+        print(
+            f"{width:>6} {rate['fp32']:>13.1f} {rate['bf16']:>13.1f} "
+            f"{rate['bf16'] / rate['fp32']:>9.2f}x {gflops['fp32']:>13.1f} "
+            f"{gflops['bf16']:>13.1f} {frac['fp32']:>8.2f} {frac['bf16']:>8.2f}"
+        )
+
+
+def accuracy(args: argparse.Namespace) -> None:
+    data = load("fashion-mnist", device=args.device)
+    print(
+        f"Fashion-MNIST, depth-3 MLP width {args.width}, {args.epochs} epochs, batch "
+        f"{args.batch_size}, SGD defaults, seeds 0/0; device {args.device}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
+    results = {}
+    for p in PRECISIONS:
+        model = build("mlp", seed=0, input_size=784, width=args.width, depth=3, num_classes=10)
+        settings = TrainSettings(epochs=args.epochs, batch_size=args.batch_size, precision=p)
+        history = fit(model, data, settings, device=args.device)
+        results[p] = history[-1]["test_accuracy"]
+        seconds = sum(h["seconds"] for h in history)
+        print(
+            f"{p}: final test accuracy {100 * results[p]:.2f} %, train loss "
+            f"{history[-1]['train_loss']:.4f}, {seconds:.1f} s"
+        )
+    diff = 100 * (results["bf16"] - results["fp32"])
+    print(f"bf16 - fp32: {diff:+.2f} points")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--widths", default="512,2048")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--widths", default="512,1024,2048,4096")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--accuracy", action="store_true", help="compare final test accuracy")
+    parser.add_argument("--width", type=int, default=2048, help="MLP width for --accuracy")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs for --accuracy")
     args = parser.parse_args()
-
-    if Path("/usr/share/datasets/fashion-mnist").exists():
-        data = load("fashion-mnist", device=args.device)
-    else:
-        data = load(
-            "synthetic",
-            input_shape=(1, 28, 28),
-            train_size=60000,
-            test_size=10000,
-            device=args.device,
-        )
-    print(
-        f"data: {data.name}, {len(data.x_train)} training examples; device {args.device}; "
-        f"torch threads {torch.get_num_threads()}"
-    )
-    print(f"{'width':>6} {'samples/s':>10} {'GFLOP/s':>8} {'matmul GFLOP/s':>15} {'ratio':>6}")
-    for width in (int(w) for w in args.widths.split(",")):
-        model = build("mlp", seed=0, input_size=784, width=width, depth=3, num_classes=10)
-        settings = TrainSettings(epochs=args.epochs, batch_size=args.batch_size)
-        fit(
-            model,
-            data,
-            TrainSettings(epochs=1, batch_size=args.batch_size),
-            device=args.device,
-            stop_epoch=1,
-            evaluate_test=False,
-        )  # warm-up
-        before = matmul_gflops(args.batch_size, width, width, device=args.device)
-        start = time.perf_counter()
-        fit(model, data, settings, device=args.device, evaluate_test=False)
-        seconds = time.perf_counter() - start
-        examples = (len(data.x_train) // args.batch_size) * args.batch_size * args.epochs
-        gflops = training_flops_per_example(model) * examples / seconds / 1e9
-        after = matmul_gflops(args.batch_size, width, width, device=args.device)
-        reference = max(before, after)  # the better of the two: a conservative ratio
-        print(
-            f"{width:>6} {examples / seconds:>10.0f} {gflops:>8.1f} {reference:>15.1f} "
-            f"{gflops / reference:>6.2f}"
-        )
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    accuracy(args) if args.accuracy else throughput(args)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,15 @@ from lmc.data import DATASETS
 from lmc.models import MODELS, get_model
 from lmc.models.layers import ACTIVATIONS, NORMS
 from lmc.store import RunStore, load_run
-from lmc.train import OPTIMIZERS, SCHEDULES, TrainSettings, make_config, spawn_config, train_run
+from lmc.train import (
+    OPTIMIZERS,
+    PRECISIONS,
+    SCHEDULES,
+    TrainSettings,
+    make_config,
+    spawn_config,
+    train_run,
+)
 
 from .common import (
     add_data_options,
@@ -91,6 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULTS.label_smoothing,
         help="label smoothing (0 = off)",
+    )
+    recipe.add_argument(
+        "--precision",
+        default=DEFAULTS.precision,
+        choices=PRECISIONS,
+        help="fp32, or bf16 (mixed precision: bfloat16 forward under autocast, float32 weights; "
+        "evaluation stays float32)",
     )
     aug = recipe.add_mutually_exclusive_group()
     aug.add_argument(
@@ -176,6 +191,7 @@ def config_from_args(args: argparse.Namespace, data=None) -> dict:
         augment=args.augment,
         init_seed=init_seed,
         data_seed=data_seed,
+        precision=args.precision,
     )
     options = model_options_from_args(args)
     return make_config(args.dataset, args.model, options, data=data, **recipe)

@@ -7,10 +7,11 @@ from .evaluate import evaluate
 from .loop import fit, make_optimizer
 from .runs import make_config, settings_of, spawn_config, train_run
 from .schedule import learning_rate
-from .settings import OPTIMIZERS, SCHEDULES, TrainSettings
+from .settings import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainSettings
 
 __all__ = [
     "OPTIMIZERS",
+    "PRECISIONS",
     "SCHEDULES",
     "TrainSettings",
     "evaluate",

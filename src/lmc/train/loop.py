@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -28,6 +29,21 @@ def epoch_generator(data_seed: int, epoch: int, salt: int) -> torch.Generator:
     """The CPU generator for one epoch's data order (or augmentation): a function of the seeds
     and the epoch only, so a resumed run draws exactly what an uninterrupted one would."""
     return torch.Generator().manual_seed((data_seed * 1_000_003 + epoch * 7_919 + salt) % 2**63)
+
+
+def autocast_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context a training forward pass runs in for ``precision`` on ``device``.
+
+    ``fp32`` is a no-op; ``bf16`` is ``torch.autocast`` to bfloat16 (CPU or CUDA), which keeps
+    the float32 weights and casts per op (matmuls and convolutions run in bfloat16).
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        if device.type not in ("cpu", "cuda"):
+            raise LmcError(f"precision 'bf16' needs a CPU or CUDA device, not {device.type!r}")
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    raise LmcError(f"unknown precision {precision!r}")
 
 
 def make_optimizer(model: nn.Module, settings: TrainSettings, device: torch.device):
@@ -70,6 +86,9 @@ def fit(
     (``optimizer_state`` and ``history`` from it) and end bit-identical on CPU. Each history entry
     holds ``epoch`` (1-based), the running ``train_loss``/``train_accuracy`` over the epoch's
     batches, ``test_loss``/``test_accuracy``, ``lr`` at the epoch's end and ``seconds``.
+    With ``settings.precision == "bf16"`` the forward pass runs under bfloat16 autocast; the
+    loss is taken in float32 on float32 logits, and the weights, gradients, optimizer state and
+    the per-epoch evaluation stay float32.
     Raises ``LmcError`` when the loss becomes NaN or infinite.
     """
     device = torch.device(device)
@@ -78,6 +97,7 @@ def fit(
     stop_epoch = settings.epochs if stop_epoch is None else stop_epoch
     augment = data.augment if settings.augment is None else settings.augment
     optimizer = make_optimizer(model, settings, device)
+    autocast = autocast_context(settings.precision, device)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     history = list(history or [])
@@ -104,7 +124,8 @@ def fit(
             x, y = data.x_train[idx], data.y_train[idx]
             if augment:
                 x = random_crop_flip(x, aug_gen)
-            logits = model(x)
+            with autocast:
+                logits = model(x).float()
             loss = F.cross_entropy(logits, y, label_smoothing=settings.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

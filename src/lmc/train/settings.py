@@ -9,6 +9,7 @@ from lmc.config import LmcError
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "onecycle", "constant")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class TrainSettings:
         label_smoothing: cross-entropy label smoothing (0 = off).
         augment: random crop + flip; ``None`` uses the dataset's default (on for CIFAR).
         init_seed: seeds the weights. data_seed: seeds the data order and augmentation.
+        precision: ``fp32`` (plain float32) or ``bf16`` (automatic mixed precision: the training
+            forward pass and loss run under ``torch.autocast`` in bfloat16 on CPU or CUDA; the
+            weights, gradients and optimizer state stay float32, and the loss itself is taken in
+            float32). Evaluation and all metrics are float32 either way. It changes the weights,
+            so it is part of the run's config and identity.
     """
 
     epochs: int = 10
@@ -44,12 +50,15 @@ class TrainSettings:
     augment: bool | None = None
     init_seed: int = 0
     data_seed: int = 0
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise LmcError(f"unknown optimizer {self.optimizer!r}: choose {', '.join(OPTIMIZERS)}")
         if self.schedule not in SCHEDULES:
             raise LmcError(f"unknown schedule {self.schedule!r}: choose {', '.join(SCHEDULES)}")
+        if self.precision not in PRECISIONS:
+            raise LmcError(f"unknown precision {self.precision!r}: choose {', '.join(PRECISIONS)}")
         if self.epochs < 1:
             raise LmcError(f"epochs must be at least 1, got {self.epochs}")
         if self.batch_size < 1:
