@@ -13,6 +13,12 @@ the workload's largest shape, (batch x width) @ (width x width), in that dtype, 
 before and after the width's timed steps (the higher of the two is used, so the fraction errs
 low on a busy machine).
 
+On CPU with glibc's allocator, tensors over 32 MB (width 4096: each 4096 x 4096 weight's
+gradient, its bfloat16 copy and that copy's gradient) are mmap'd and page-faulted afresh every
+step, which costs bf16 more than fp32 (it allocates more of them); running with
+``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4000000000`` in the environment keeps them on the
+heap and shows the step rates without that cost.
+
 Accuracy (``--accuracy``): trains one MLP of width ``--width`` on Fashion-MNIST for
 ``--epochs`` epochs with the same seeds in fp32 and bf16 and prints both final test accuracies
 (always evaluated in float32) and their difference in points.
