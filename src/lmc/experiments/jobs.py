@@ -232,6 +232,10 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
             run_a.metrics.get("final_test_accuracy"),
             run_b.metrics.get("final_test_accuracy"),
         ],
+        "endpoint_train_loss": [
+            run_a.metrics.get("final_train_loss"),
+            run_b.metrics.get("final_train_loss"),
+        ],
         "path": pair.path.to_dict(),
         "barriers": pair.path.barriers(),
         "align": pair.alignment,

@@ -51,6 +51,7 @@ RESULT_COLUMNS = [
     "split",
     "bn",
     *CALIBRATION_COLUMNS,
+    "endpoint_train_loss",
     *PATH_COLUMNS,
     *BOUND_COLUMNS,
     *BARRIER_COLUMNS,
@@ -92,12 +93,21 @@ def _calibration(path: dict[str, Any]) -> dict[str, Any]:
 def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
     """One results.csv row per lam of one merge job's path.
 
+    ``endpoint_train_loss`` is the mean of the two endpoints' final training loss (empty for
+    results written before it was recorded).
+
     Where a λ's calibration is undefined (listed in the path's ``calibration_at_bound`` /
     ``ensemble_calibration_at_bound``) its flag is 1 and its inverse temperature and
     calibrated loss are empty, even if the path recorded the bound's value (results written
     before undefined values became NaN)."""
     path, labels = result["path"], result["labels"]
     calibration = _calibration(path)
+    train_losses = result.get("endpoint_train_loss") or []
+    endpoint_train_loss = (
+        sum(train_losses) / len(train_losses)
+        if train_losses and all(isinstance(v, (int, float)) for v in train_losses)
+        else None
+    )
     rows = []
     for i, lam in enumerate(path["lambdas"]):
         row = {
@@ -108,6 +118,7 @@ def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, A
             "split": study["data"]["split"],
             "bn": path["bn"],
             **calibration,
+            "endpoint_train_loss": endpoint_train_loss,
         }
         for column in PATH_COLUMNS:
             values = path.get(column)

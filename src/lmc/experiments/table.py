@@ -26,6 +26,7 @@ TABLE1_COLUMNS = (
     "method",
     "pairs",
     "endpoint_accuracy_mean",
+    "endpoint_train_loss_mean",
     "merged_accuracy_mean",
     "merged_accuracy_std",
     "ensemble_accuracy_mean",
@@ -150,6 +151,7 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             )
             values = {
                 "endpoint_accuracy": endpoint,
+                "endpoint_train_loss": number(mid.get("endpoint_train_loss")),
                 "merged_accuracy": number(mid.get("accuracy")),
                 "ensemble_accuracy": number(mid.get("ensemble_accuracy")),
                 "inverse_temperature": number(mid.get("inverse_temperature")),
