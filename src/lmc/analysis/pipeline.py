@@ -246,6 +246,18 @@ class AnalysisResult:
             "gaussian_relu_seed": seed,
         }
 
+    def to_dataframe(self) -> Any:
+        """``records`` as a ``pandas.DataFrame``: one row per record (λ outer, probe point
+        inner, as ``records``), the columns ``RECORD_KEYS`` in that order; ``None`` (a
+        statistic that does not apply) becomes NaN in numeric columns. Needs pandas
+        (``pip install 'lmc[pandas]'``); imported only when called."""
+        from lmc.metrics.result import import_pandas
+
+        pd = import_pandas()
+        frame = pd.DataFrame(self.records, columns=list(RECORD_KEYS)).infer_objects()
+        empty = [c for c in frame.columns if frame[c].isna().all()]
+        return frame.astype({c: "float64" for c in empty})
+
     def to_dict(self, theory_samples: int = 1000) -> dict[str, Any]:
         """``{"layers": records, "settings": ..., "theory": ...}`` (the ``--json`` object)."""
         return {

@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from lmc.config import LmcError
+
 from .barriers import barriers as _barriers
 from .calibration import (
     at_bound,
@@ -62,6 +64,19 @@ PER_LAMBDA_KEYS = (
     "ensemble_calibrated_loss",
     "ensemble_inverse_temperature",
 )
+
+
+def import_pandas() -> Any:
+    """The ``pandas`` module, imported on first use (an optional dependency: ``to_dataframe``
+    methods need it); an :class:`lmc.config.LmcError` saying how to install it when absent."""
+    try:
+        import pandas
+    except ImportError as exc:
+        raise LmcError(
+            "to_dataframe() needs pandas, which is not installed: pip install 'lmc[pandas]' "
+            "(or pip install pandas)"
+        ) from exc
+    return pandas
 
 
 def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
@@ -213,6 +228,9 @@ class PathResult:
     ``calibration_folds`` its K (``crossfit`` only). ``calibration_at_bound`` /
     ``ensemble_calibration_at_bound`` list the lambdas whose calibration is undefined (a beta
     on a bound of its search: their inverse temperature and calibrated loss are NaN).
+
+    In a notebook: :meth:`plot` draws it on a matplotlib axes, :meth:`to_dataframe` gives one
+    row per lambda (pandas); :meth:`rows` and :meth:`curves` need neither.
     """
 
     lambdas: list[float]
@@ -283,6 +301,43 @@ class PathResult:
             {"lambda": lam, **{k: None if v is None else v[i] for k, v in columns.items()}}
             for i, lam in enumerate(self.lambdas)
         ]
+
+    def to_dataframe(self) -> Any:
+        """A ``pandas.DataFrame`` with one row per λ (in the order of ``lambdas``): the column
+        ``lambda``, then every per-lambda metric (:data:`PER_LAMBDA_KEYS`, float64; NaN where
+        not computed or undefined). Needs pandas (``pip install 'lmc[pandas]'``); imported
+        only when called."""
+        pd = import_pandas()
+        columns = ["lambda", *PER_LAMBDA_KEYS]
+        frame = pd.DataFrame(self.rows(), columns=columns)
+        return frame.astype("float64")
+
+    def plot(
+        self,
+        ax: Any = None,
+        *,
+        metric: str = "loss",
+        calibrated: bool = True,
+        ensemble: bool = False,
+    ) -> Any:
+        """Draw the path on a matplotlib ``Axes`` and return it.
+
+        ``ax``: the axes to draw on (e.g. ``plt.subplots()[1]`` in a notebook); ``None``: a new
+        figure of one axes (object API, no pyplot state; reach it with ``ax.figure``).
+        ``metric``: ``loss`` (cross-entropy in nats, with the calibrated loss when the path was
+        calibrated and ``calibrated``) or ``accuracy`` (fraction). ``ensemble``: also the
+        ensemble (1 - lam) f_A + lam f_B (dotted). One line per curve, λ = 0 (A) at the left,
+        A and B marked with dots, a legend. The drawing is
+        :func:`lmc.metrics.figures.draw_path_curves` (matplotlib imported on first use).
+        """
+        from .figures import draw_path_curves, new_figure
+
+        if ax is None:
+            _, axes = new_figure(1, 1, panel=(5.0, 3.6))
+            ax = axes[0, 0]
+        draw_path_curves(ax, self, metric, calibrated=calibrated, ensemble=ensemble)
+        ax.legend(fontsize=8)
+        return ax
 
     def calibration_warning(self) -> str | None:
         """What :func:`lmc.metrics.evaluate_path` warns about when the calibration hit its

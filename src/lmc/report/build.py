@@ -15,7 +15,7 @@ from lmc.store import atomic_path, write_text
 from . import figures as F
 from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, to_html, to_markdown
 from .results import Results, load_results, method_sort_key
-from .style import fmt_wd, fmt_width, method_style
+from .style import SCREEN_DPI, fmt_wd, fmt_width, method_style
 from .table import CALIBRATION_COLUMNS, merge_table1, table1
 
 DASH = "—"
@@ -57,6 +57,11 @@ def fmt_seconds(seconds: Any) -> str:
 
 # ---- Table 1 --------------------------------------------------------------------------------
 UNDEFINED_HEADER = "pairs with undefined calibration"
+SHORT_MARK = "†"
+#: Table 1 headers whose values leave out the pairs with an undefined calibration.
+CALIBRATED_HEADERS = ("calibrated loss barrier (nats)", "β merged", "β ensemble")
+#: Table 1 headers that are labels, not values resting on pairs.
+LABEL_HEADERS = ("width", "method")
 # (header, row -> cell, align, columns that must be finite somewhere for it to be shown)
 TABLE1_VIEW: tuple[tuple[str, Callable[[dict], str], str, tuple[str, ...]], ...] = (
     ("width", lambda r: fmt_width(float(r["width"])), "r", ()),
@@ -127,18 +132,66 @@ def fmt_count(value: Any) -> str:
     return str(int(value)) if _ok(value) else DASH
 
 
-def table1_block(rows: list[dict], caption: str = "") -> Table:
+def asked_pairs(res: Results) -> int:
+    """The number of pairs the study asked for: ``sweep.pairs`` of the recorded configuration,
+    else the number of distinct pairs in ``results.csv``."""
+    sweep = res.study.get("config", {}).get("sweep", {}) if isinstance(res.study, dict) else {}
+    value = sweep.get("pairs") if isinstance(sweep, dict) else None
+    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 1:
+        return int(value)
+    return len(res.pairs)
+
+
+def cell_pairs(row: dict, header: str) -> float:
+    """How many pairs a Table 1 cell rests on: the row's ``pairs``, less those with an
+    undefined calibration for the calibrated columns (:data:`CALIBRATED_HEADERS`)."""
+    pairs = row.get("pairs")
+    pairs = float(pairs) if _ok(pairs) else math.nan
+    undefined = row.get("undefined_calibration_pairs")
+    if header in CALIBRATED_HEADERS and _ok(undefined):
+        return pairs - float(undefined)
+    return pairs
+
+
+def short_footnote(asked: int) -> str:
+    """What :data:`SHORT_MARK` means under Table 1."""
+    return (
+        f"{SHORT_MARK} rests on fewer pairs than the study's {asked}: a marked pairs count means "
+        "pairs are missing from the results for that row (e.g. jobs not finished or failed), "
+        "so each of its values averages over those pairs only; a calibrated value (calibrated "
+        "loss barrier, β) is also marked where pairs with an undefined calibration were left "
+        "out of it (see Undefined values)."
+    )
+
+
+def table1_block(rows: list[dict], caption: str = "", asked: int | None = None) -> Table:
     """Table 1 rows (one weight decay) as a table; columns with no finite value are dropped,
-    and the count of pairs with an undefined calibration unless some pair has one."""
+    and the count of pairs with an undefined calibration unless some pair has one. With
+    ``asked`` (the study's number of pairs), every value cell resting on fewer pairs
+    (:func:`cell_pairs`) carries :data:`SHORT_MARK` and the table a footnote saying so."""
     view = [v for v in TABLE1_VIEW if all(any(_ok(r.get(c)) for r in rows) for c in v[3])]
     counts = [r.get("undefined_calibration_pairs") for r in rows]
     if not any(_ok(c) and c > 0 for c in counts):
         view = [v for v in view if v[0] != UNDEFINED_HEADER]
+    marked = False
+
+    def cell(row: dict, header: str, text: str) -> str:
+        nonlocal marked
+        if asked is None or header in LABEL_HEADERS + (UNDEFINED_HEADER,) or text == DASH:
+            return text
+        if cell_pairs(row, header) < asked:
+            marked = True
+            return text + SHORT_MARK
+        return text
+
+    body = [[cell(r, v[0], v[1](r)) for v in view] for r in rows]
     return Table(
         header=[v[0] for v in view],
-        rows=[[v[1](r) for v in view] for r in rows],
+        rows=body,
         caption=caption,
         align=[v[2] for v in view],
+        footnote=short_footnote(asked) if marked and asked is not None else "",
+        wide=True,
     )
 
 
@@ -259,6 +312,7 @@ class _Figures:
     def __init__(self, figure_dir: Path) -> None:
         self.figure_dir = figure_dir
         self.paths: list[str] = []
+        self.svg_paths: list[str] = []
         self.count = 0
 
     def block(self, result: F.Plot | F.Skip) -> Block:
@@ -266,23 +320,28 @@ class _Figures:
             return Note(f"{result.title}: skipped ({result.reason}).")
         self.count += 1
         path = self.figure_dir / f"{result.name}.png"
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(result.png)
-        _readable(path)
+        svg = path.with_suffix(".svg")
+        for target, data in ((path, result.png), (svg, result.svg)):
+            with atomic_path(target) as tmp:
+                tmp.write_bytes(data)
+            _readable(target)
         self.paths.append(str(path))
+        self.svg_paths.append(str(svg))
         return Image(
             number=self.count,
             file=f"{self.figure_dir.name}/{path.name}",
             title=result.title,
             caption=result.caption,
             png=result.png,
+            full=f"{self.figure_dir.name}/{svg.name}",
+            width=round(result.rendered.size[0] * SCREEN_DPI),
         )
 
 
 def build_blocks(
     res: Results, title: str, figure_dir: Path, *, quiet: bool = True
 ) -> tuple[list[Block], list[str]]:
-    """The report's blocks and the figure paths written."""
+    """The report's blocks and the PNG paths written (each with its SVG beside it)."""
     t1 = merge_table1(
         table1(res.rows), res.table1_rows, CALIBRATION_COLUMNS if res.undefined else ()
     )
@@ -339,6 +398,7 @@ def build_blocks(
             )
         )
     )
+    asked = asked_pairs(res)
     for wd in wds:
         rows = [r for r in t1 if r["weight_decay"] == wd]
         if not rows:
@@ -346,7 +406,7 @@ def build_blocks(
         if many_wd:
             blocks.append(Heading(3, f"Table 1, weight decay {fmt_wd(wd)}"))
         blocks.append(
-            table1_block(rows, f"{res.dataset} · {res.model} · weight decay {fmt_wd(wd)}")
+            table1_block(rows, f"{res.dataset} · {res.model} · weight decay {fmt_wd(wd)}", asked)
         )
 
     blocks += undefined_values(res)
@@ -517,13 +577,15 @@ def write_report(
     title: str | None = None,
     quiet: bool = True,
 ) -> dict[str, Any]:
-    """Write ``report.md``, ``report.html`` and ``figures/*.png`` for a results folder.
+    """Write ``report.md``, ``report.html`` and ``figures/*.png`` (print resolution, with an
+    SVG of each beside it) for a results folder.
 
     Reads only the files ``lmc.experiments`` writes (``results.csv`` required; ``study.json``,
     ``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv``
     optional): never trains or evaluates. ``out_dir`` defaults to ``results_dir``. Figures
     that lack inputs are replaced by a note. Returns ``{"report_md": path, "report_html":
-    path, "figures": [png paths]}``. A folder without ``results.csv`` is an ``LmcError``.
+    path, "figures": [png paths]}`` (each PNG's SVG is beside it, same stem). A folder without
+    ``results.csv`` is an ``LmcError``.
     """
     res = load_results(results_dir)
     out = Path(out_dir) if out_dir is not None else res.path

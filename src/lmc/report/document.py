@@ -2,6 +2,12 @@
 self-contained HTML page (figures embedded as base64 PNG data URIs, inline CSS, a table of
 contents, no external resource).
 
+Layout: the page is readable from a phone (viewport meta, fluid images, a narrow-screen
+style) to a wide screen; tables scroll sideways inside their box (with a shadow cue at an edge
+that hides columns) and wrap their headers; each figure is shown at its screen size
+(``width`` px, at most the column) and links to its full-size file (``Image.full``, the SVG
+beside the PNG), which opens on click when the report sits beside its ``figures/`` folder.
+
 Inline markup in text: `code` and **bold** only.
 """
 
@@ -44,6 +50,8 @@ class Image:
     title: str
     caption: str
     png: bytes = field(repr=False)
+    full: str = ""  # the full-size file a click opens (relative), e.g. figures/x.svg
+    width: int = 0  # display width in CSS pixels (0: the image's own)
 
 
 @dataclass
@@ -52,6 +60,8 @@ class Table:
     rows: list[list[str]]
     caption: str = ""
     align: list[str] | None = None  # "l" or "r" per column
+    footnote: str = ""  # shown under the table (e.g. what a † marks)
+    wide: bool = False  # may be wider than the text column (scrolls inside its box)
 
 
 @dataclass
@@ -99,9 +109,10 @@ def to_markdown(blocks: list[Block]) -> str:
         elif isinstance(b, Bullets):
             out.append("\n".join(f"- {item}" for item in b.items))
         elif isinstance(b, Image):
-            out.append(
-                f"![Figure {b.number}: {b.title}]({b.file})\n\n*Figure {b.number}.* {b.caption}"
-            )
+            image = f"![Figure {b.number}: {b.title}]({b.file})"
+            if b.full:
+                image = f"[{image}]({b.full})"
+            out.append(f"{image}\n\n*Figure {b.number}.* {b.caption}")
         elif isinstance(b, Table):
             lines = ["| " + " | ".join(_md_cell(h) for h in b.header) + " |"]
             align = b.align or ["l"] * len(b.header)
@@ -110,6 +121,8 @@ def to_markdown(blocks: list[Block]) -> str:
             text = "\n".join(lines)
             if b.caption:
                 text = f"{b.caption}\n\n{text}"
+            if b.footnote:
+                text = f"{text}\n\n{b.footnote}"
             out.append(text)
         elif isinstance(b, Code):
             out.append(f"```{b.lang}\n{b.text.rstrip()}\n```")
@@ -159,16 +172,38 @@ nav.toc > strong { font-size: .95rem; }
 figure { margin: 1.6rem 0 2rem; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--rule);
   border-radius: 4px; }
+figure a.full { display: inline-block; max-width: 100%; cursor: zoom-in; }
 figcaption { color: var(--muted); font-size: .92rem; margin-top: .5rem; max-width: 52rem; }
 .note { border-left: 4px solid #e0a100; background: #fff8e6; padding: .5rem .9rem;
   border-radius: 0 4px 4px 0; }
-.table-wrap { overflow-x: auto; margin: .8rem 0 1.6rem; }
-table { border-collapse: collapse; font-size: .88rem; font-variant-numeric: tabular-nums; }
+.table-wrap { overflow-x: auto; margin: .8rem 0 1.6rem; max-width: 100%;
+  -webkit-overflow-scrolling: touch;
+  background: linear-gradient(to right, #fff 30%, rgba(255,255,255,0)) left / 2rem 100%,
+    linear-gradient(to left, #fff 30%, rgba(255,255,255,0)) right / 2rem 100%,
+    radial-gradient(farthest-side at 0 50%, rgba(0,0,0,.18), rgba(0,0,0,0)) left / .8rem 100%,
+    radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.18), rgba(0,0,0,0)) right / .8rem 100%;
+  background-repeat: no-repeat; background-attachment: local, local, scroll, scroll; }
+.table-wrap.wide { width: min(1320px, 100vw - 2rem); max-width: none; position: relative;
+  left: 50%; transform: translateX(-50%); }
+table { border-collapse: collapse; font-size: .85rem; font-variant-numeric: tabular-nums; }
 caption { text-align: left; color: var(--muted); padding-bottom: .4rem; caption-side: top; }
-th, td { padding: .32rem .6rem; border-bottom: 1px solid var(--rule); white-space: nowrap; }
-th { background: var(--bg-soft); font-weight: 600; border-bottom: 2px solid #bcbcc4; }
+th, td { padding: .3rem .5rem; border-bottom: 1px solid var(--rule); }
+td { white-space: nowrap; }
+th { font-weight: 600; border-bottom: 2px solid #bcbcc4; vertical-align: bottom;
+  white-space: normal; min-width: 4.2em; max-width: 8.5em; line-height: 1.25;
+  background: rgba(234, 236, 240, .7); }
+td.l { white-space: normal; min-width: 7em; }
 td.r, th.r { text-align: right; } td.l, th.l { text-align: left; }
-tbody tr:hover { background: #fafafc; }
+tbody tr:hover { background: rgba(240, 241, 245, .6); }
+p.footnote { color: var(--muted); font-size: .86rem; margin: -1.2rem 0 1.6rem; }
+@media (max-width: 700px) {
+  body { font-size: 15px; }
+  main { padding: 1rem .8rem 3rem; }
+  h1 { font-size: 1.45rem; } h2 { font-size: 1.2rem; }
+  table { font-size: .8rem; }
+  th, td { padding: .25rem .35rem; }
+  .table-wrap.wide { width: auto; left: auto; transform: none; }
+}
 """
 
 
@@ -223,8 +258,16 @@ def to_html(blocks: list[Block], title: str) -> str:
             body.append("<ul>" + "".join(f"<li>{_inline(t)}</li>" for t in b.items) + "</ul>")
         elif isinstance(b, Image):
             alt = html.escape(f"Figure {b.number}: {b.title}")
+            width = f' width="{b.width}"' if b.width else ""
+            img = f'<img src="{data_uri(b.png)}" alt="{alt}"{width}>'
+            if b.full:
+                full = html.escape(b.full)
+                img = (
+                    f'<a class="full" href="{full}" title="open full size" '
+                    f'target="_blank">{img}</a>'
+                )
             body.append(
-                f'<figure id="figure-{b.number}"><img src="{data_uri(b.png)}" alt="{alt}">'
+                f'<figure id="figure-{b.number}">{img}'
                 f"<figcaption><strong>Figure {b.number}.</strong> {_inline(b.caption)}"
                 "</figcaption></figure>"
             )
@@ -238,9 +281,11 @@ def to_html(blocks: list[Block], title: str) -> str:
                 for r in b.rows
             )
             caption = f"<caption>{_inline(b.caption)}</caption>" if b.caption else ""
+            footnote = f'<p class="footnote">{_inline(b.footnote)}</p>' if b.footnote else ""
+            wrap = "table-wrap wide" if b.wide else "table-wrap"
             body.append(
-                f'<div class="table-wrap"><table>{caption}<thead><tr>{head}</tr></thead>'
-                f"<tbody>{rows}</tbody></table></div>"
+                f'<div class="{wrap}"><table>{caption}<thead><tr>{head}</tr></thead>'
+                f"<tbody>{rows}</tbody></table></div>{footnote}"
             )
         elif isinstance(b, Code):
             lang = f' class="language-{html.escape(b.lang)}"' if b.lang else ""

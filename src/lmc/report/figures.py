@@ -1,5 +1,6 @@
 """The report's figures. Each function takes the parsed ``Results`` (and a weight decay) and
-returns a ``Plot`` (PNG bytes, a file stem, a title and a caption) or a ``Skip`` saying why the
+returns a ``Plot`` (a file stem, a title, a caption, and the figure as PNG at print resolution
+and as SVG) or a ``Skip`` saying why the
 figure could not be drawn (missing inputs never raise).
 
 Conventions: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A, plotted at the left); accuracies are shown
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from lmc.analysis import GAUSSIAN_RELU_LIMIT
 
@@ -25,6 +27,7 @@ from .results import Results, is_close, mean_std
 from .style import (
     MODEL_COLOURS,
     REFERENCE,
+    Rendered,
     finish_axes,
     fmt_wd,
     fmt_width,
@@ -46,7 +49,15 @@ class Plot:
     name: str  # file stem under figures/
     title: str
     caption: str
-    png: bytes
+    rendered: Rendered  # PNG at print resolution, SVG, size in inches
+
+    @property
+    def png(self) -> bytes:
+        return self.rendered.png
+
+    @property
+    def svg(self) -> bytes:
+        return self.rendered.svg
 
 
 @dataclass
@@ -221,8 +232,8 @@ def barriers_vs_width(res: Results, wd: float) -> Plot | Skip:
     if len(res.widths) < 2:
         return Skip(title, "only one width: barriers are in Table 1")
     panels = [
-        ("midpoint_accuracy_barrier", 100.0, "accuracy barrier (pp)", "accuracy barrier at λ = ½"),
-        ("midpoint_loss_barrier", 1.0, "loss barrier (nats)", "loss barrier at λ = ½"),
+        ("midpoint_accuracy_barrier", 100.0, "accuracy barrier (pp)", "accuracy"),
+        ("midpoint_loss_barrier", 1.0, "loss barrier (nats)", "loss"),
     ]
     if res.calibrated:
         panels.append(
@@ -230,10 +241,11 @@ def barriers_vs_width(res: Results, wd: float) -> Plot | Skip:
                 "calibrated_midpoint_loss_barrier",
                 1.0,
                 "calibrated loss barrier (nats)",
-                "calibrated loss barrier at λ = ½",
+                "calibrated loss",
             )
         )
     fig, axes = new_figure(1, len(panels), panel=(4.0, 3.4))
+    fig.get_layout_engine().set(h_pad=0.08, w_pad=0.08)
     for ax, (column, scale, ylabel, name) in zip(axes[0], panels):
         for method in res.methods:
             x, mean, std = _series(res, column, wd, method, scale)
@@ -246,7 +258,7 @@ def barriers_vs_width(res: Results, wd: float) -> Plot | Skip:
     if res.calibrated:
         _shared_limits(axes[0][1:])
     _legend(axes[0][0], loc="best")
-    fig.suptitle(header(res, wd), fontsize=10)
+    fig.suptitle(f"Barriers at λ = ½ · {header(res, wd)}", fontsize=10)
     calib = (
         "The uncalibrated and calibrated loss panels share one y axis. The paper finds the "
         "uncalibrated loss barrier stays clearly above zero even where accuracy matches, while "
@@ -548,7 +560,11 @@ def second_moments(res: Results, wd: float) -> Plot | Skip:
                 continue
             allpos = np.concatenate(positive)
             lo, hi = allpos.min(), allpos.max()
-            bins = np.geomspace(lo, hi * 1.001, 30) if hi > lo else np.array([lo * 0.9, lo * 1.1])
+            log_axis = hi >= 10 * lo  # a log axis only where the moments span a decade or more
+            if hi <= lo:
+                bins = np.array([lo * 0.9, lo * 1.1])
+            else:
+                bins = np.geomspace(lo, hi * 1.001, 30) if log_axis else np.linspace(lo, hi, 30)
             zeros = []
             for side in ("a", "b"):
                 if side in arrays:
@@ -564,7 +580,11 @@ def second_moments(res: Results, wd: float) -> Plot | Skip:
                     )
                     ax.stairs(counts, bins, color=MODEL_COLOURS[side], lw=0.8)
                     zeros.append(f"{side.upper()} {int((a == 0).sum())}")
-            log_scale(ax, "x")
+            if log_axis:
+                log_scale(ax, "x")
+            else:
+                ax.xaxis.set_major_locator(MaxNLocator(4))
+            ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))
             units = max(a.size for a in arrays.values())
             ax.set_title(f"ℓ{key[0]} {key[1]} · width {fmt_width(w)} ({units} units)", fontsize=8.5)
             if any(not z.endswith(" 0") for z in zeros):
@@ -577,7 +597,7 @@ def second_moments(res: Results, wd: float) -> Plot | Skip:
                     va="top",
                     fontsize=7,
                 )
-            ax.set_xlabel("√E[z̃ᵢ²] (log scale)", fontsize=8)
+            ax.set_xlabel(f"√E[z̃ᵢ²]{' (log scale)' if log_axis else ''}", fontsize=8)
             if j == 0:
                 ax.set_ylabel("units")
             finish_axes(ax)
@@ -586,7 +606,8 @@ def second_moments(res: Results, wd: float) -> Plot | Skip:
     rows_text = "narrowest (top) and widest (bottom)" if len(widths) == 2 else "the only"
     caption = (
         f"Histograms of the per-unit root second moment √E[z̃ᵢ²] of each layer's "
-        f"pre-activations for models A and B (pair {pair}, log-spaced bins), {rows_text} "
+        f"pre-activations for models A and B (pair {pair}; log-spaced bins on a log axis where "
+        f"a panel's moments span a decade or more), {rows_text} "
         f"width. The width paper finds that as width grows more units have a near-zero moment "
         f"and the large-moment units of A and B overlap less: the low-rank structure behind "
         f"weak additivity."
@@ -621,10 +642,12 @@ def spectra(res: Results, wd: float) -> Plot | Skip:
                     ls=ls,
                     lw=1.5,
                 )
-        log_scale(ax, "y")
         ax.set_title(f"ℓ{key[0]} {key[1]}", fontsize=9)
         ax.set_xlabel("i / n (normalised index)")
+        ax.set_xticks([0.0, 0.5, 1.0])
         finish_axes(ax)
+    for ax in axes[0]:  # after every panel is drawn: the shared y axis spans all of them
+        log_scale(ax, "y", limits_of=list(axes[0]))
     axes[0, 0].set_ylabel("σᵢ / σ₁ (log scale)")
     handles = [
         Line2D([], [], color=colours[w], lw=2, label=f"width {fmt_width(w)}") for w in widths

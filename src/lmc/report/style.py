@@ -3,28 +3,32 @@
 Widths use a graduated colour map (viridis, dark = narrow, light = wide); layers use plasma
 (dark = input side, light = logits); methods use the Okabe–Ito colour-blind-safe palette with a
 distinct marker each. Figures are built with the object API (no pyplot state) on the Agg canvas.
+
+The figure primitives every lmc figure shares (``new_figure``, ``finish_axes``, the print
+resolution ``DPI``, ``save_figure``, the log axis ``log_scale``) live in
+:mod:`lmc.metrics.figures`, the lowest package that draws (``PathResult.plot`` uses them), and
+are re-exported here; ``render`` encodes a report figure as PNG (at ``DPI``) and SVG.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-import numpy as np
 from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import (
-    FixedLocator,
-    FuncFormatter,
-    LogLocator,
-    NullFormatter,
-    NullLocator,
+from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+from lmc.metrics.figures import (  # noqa: F401  (the shared look, re-exported for the figures)
+    DPI,
+    SCREEN_DPI,
+    figure_bytes,
+    finish_axes,
+    log_scale,
+    new_figure,
+    save_figure,
 )
-
-DPI = 110
-
 
 # method -> (colour, marker, label); Okabe–Ito palette.
 METHOD_STYLE = {
@@ -68,22 +72,22 @@ def fmt_wd(wd: float) -> str:
     return f"{wd:g}"
 
 
-def new_figure(
-    rows: int, cols: int, *, panel: tuple[float, float] = (3.7, 2.9), **subplot_kw
-) -> tuple[Figure, np.ndarray]:
-    """A figure of rows × cols panels (constrained layout), axes as a 2-D array."""
-    fig = Figure(figsize=(panel[0] * cols, panel[1] * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False, **subplot_kw)
-    return fig, axes
+@dataclass(frozen=True)
+class Rendered:
+    """A figure encoded for the report: PNG at ``DPI`` (print resolution), SVG, and its size in
+    inches (the report shows it ``inches * SCREEN_DPI`` pixels wide)."""
+
+    png: bytes
+    svg: bytes
+    size: tuple[float, float]
 
 
-def render(fig: Figure) -> bytes:
-    """PNG bytes of ``fig`` at ``DPI``; the figure is cleared afterwards to free memory."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)
+def render(fig: Figure) -> Rendered:
+    """``fig`` as PNG (at ``DPI``) and SVG; the figure is cleared afterwards to free memory."""
+    size = tuple(float(v) for v in fig.get_size_inches())
+    out = Rendered(figure_bytes(fig, "png", DPI), figure_bytes(fig, "svg"), size)
     fig.clear()
-    return buffer.getvalue()
+    return out
 
 
 def width_axis(ax, widths: Sequence[float], label: str) -> None:
@@ -101,32 +105,7 @@ def width_axis(ax, widths: Sequence[float], label: str) -> None:
     ax.set_xlabel(label)
 
 
-def log_scale(ax, axis: str = "x") -> None:
-    """Log scale for an axis whose data are already plotted. Over two decades or more, only
-    the decades are ticked (minor ticks are slow to lay out and add nothing); over a narrower
-    range, ticks at 1, 2 and 5 times each decade, labelled as plain numbers."""
-    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    lo, hi = ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly
-    if lo > 0 and math.isfinite(lo) and math.isfinite(hi) and hi / lo >= 100:
-        target.set_minor_locator(NullLocator())
-        target.set_minor_formatter(NullFormatter())
-        return
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    target.set_major_locator(LogLocator(base=10))
-    target.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
-    target.set_major_formatter(plain)
-    target.set_minor_formatter(plain)
-
-
 def no_data(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color=REFERENCE)
     ax.set_xticks([])
     ax.set_yticks([])
-
-
-def finish_axes(ax) -> None:
-    ax.grid(True, color="#dddddd", lw=0.6)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
