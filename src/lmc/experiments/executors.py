@@ -1,11 +1,18 @@
 """Executors: where jobs run. ``local`` (a process pool, or in-process with one worker) and
-``ray`` (tasks on a Ray cluster, or a local one). Both run the same job function with one
-PyTorch thread per job (in-process: all threads), so results agree bit for bit on CPU."""
+``ray`` (tasks on a Ray cluster, or a local one). Both run the same job function with the same
+number of PyTorch threads per job (``threads``, default 1) whatever the number of workers.
+
+Why a fixed thread count: on CPU, PyTorch splits matrix products and reductions differently for
+different thread counts, so float rounding (and, after a few epochs of training, the weights)
+differs between 1 and 2 threads. With the thread count fixed, a study gives bit-identical
+results for any ``--workers`` on one machine; a different CPU (another instruction set) or a
+different ``threads`` may change the last bits."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from lmc.config import LmcError
 
@@ -25,27 +32,52 @@ def _run_with_threads(job: dict, ctx: Context, threads: int) -> dict:
     return run_job(job, ctx)
 
 
+@contextmanager
+def _torch_threads(threads: int):
+    """Run the block with ``threads`` PyTorch threads, restoring the caller's count after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_threads(threads: int | None) -> int:
+    if threads is None:
+        return 1
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise LmcError(f"threads must be a positive whole number, got {threads!r}")
+    return threads
+
+
 class LocalExecutor:
-    """Runs jobs in this process (``workers=1``) or in a pool of ``workers`` processes."""
+    """Runs jobs in this process (``workers=1``) or in a pool of ``workers`` processes, each
+    job with ``threads`` PyTorch threads (default 1, so results do not depend on ``workers``)."""
 
     name = "local"
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, threads: int | None = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
+        self.threads = _check_threads(threads)
 
     def map(self, jobs: list[dict], ctx: Context) -> Iterator[Outcome]:
         """Yield ``(job, summary, error)`` as jobs finish (any order)."""
         if self.workers == 1 or len(jobs) <= 1:
             for job in jobs:
                 try:
-                    yield job, run_job(job, ctx), None
+                    with _torch_threads(self.threads):
+                        summary = run_job(job, ctx)
+                    yield job, summary, None
                 except Exception as exc:  # reported by the runner
                     yield job, None, exc
             return
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        threads = max(1, (os.cpu_count() or 1) // self.workers)
+        threads = self.threads
         pool = ProcessPoolExecutor(
             max_workers=min(self.workers, len(jobs)),
             mp_context=multiprocessing.get_context("spawn"),
@@ -77,7 +109,11 @@ class RayExecutor:
     name = "ray"
 
     def __init__(
-        self, address: str | None = None, num_gpus: float = 0.0, num_cpus: int | None = None
+        self,
+        address: str | None = None,
+        num_gpus: float = 0.0,
+        num_cpus: int | None = None,
+        threads: int | None = None,
     ) -> None:
         try:
             import ray
@@ -89,6 +125,7 @@ class RayExecutor:
         self.address = address
         self.num_gpus = num_gpus
         self.num_cpus = num_cpus
+        self.threads = _check_threads(threads)
 
     def map(self, jobs: list[dict], ctx: Context) -> Iterator[Outcome]:
         ray = self.ray
@@ -101,8 +138,8 @@ class RayExecutor:
             )
             ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
         try:
-            task = ray.remote(num_cpus=1, num_gpus=self.num_gpus)(_run_with_threads)
-            pending = {task.remote(job, ctx, 1): job for job in jobs}
+            task = ray.remote(num_cpus=self.threads, num_gpus=self.num_gpus)(_run_with_threads)
+            pending = {task.remote(job, ctx, self.threads): job for job in jobs}
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 job = pending.pop(done[0])
@@ -116,12 +153,21 @@ class RayExecutor:
 
 
 def make_executor(
-    name: str, *, workers: int | None = None, address: str | None = None, num_gpus: float = 0.0
+    name: str,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    num_gpus: float = 0.0,
+    threads: int | None = None,
 ) -> LocalExecutor | RayExecutor:
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise LmcError(f"workers must be a positive whole number, got {workers!r}")
     if name == "local":
-        return LocalExecutor(workers)
+        return LocalExecutor(workers, threads=threads)
     if name == "ray":
-        return RayExecutor(address=address, num_gpus=num_gpus, num_cpus=workers)
+        return RayExecutor(address=address, num_gpus=num_gpus, num_cpus=workers, threads=threads)
     raise LmcError(f"unknown executor {name!r}: use local or ray")
 
 

@@ -68,6 +68,7 @@ def run_study(
         "environment": environment_info(device),
         "executor": executor.name,
         "workers": workers,
+        "threads_per_job": getattr(executor, "threads", 1),
         "runs_dir": ctx.runs_dir,
         "started": started,
     }
