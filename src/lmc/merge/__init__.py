@@ -6,7 +6,8 @@ Path convention (docs/science.md): theta(lam) = (1 - lam) * theta_A + lam * thet
   (floating entries interpolated, integer buffers from the first model; names/shapes checked
   by :func:`lmc.models.compare.check_same_architecture`, re-exported here under its old name
   ``check_compatible``).
-- :func:`merge_many`: N models, optionally aligned to a reference by weight matching.
+- :func:`merge_many`: N models, optionally aligned to a reference by weight matching, or by
+  Git Re-Basin's iterative merge-many (:func:`merge_many_iterative`, App. A.10).
 - :func:`reset_batchnorm`, :func:`repair`, :func:`has_batchnorm`, :func:`resolve_bn_mode`:
   what to do with BatchNorm after interpolation (``bn_mode`` in auto/reset/repair/none).
 """
@@ -23,11 +24,12 @@ from .batchnorm import (
     resolve_bn_mode,
 )
 from .interpolate import StateDict, average, lerp, lerp_into, lerp_stack
-from .many import merge_many
+from .many import IterativeMerge, merge_many, merge_many_iterative
 from .merge_fn import bn_aware_merge
 
 __all__ = [
     "BN_MODES",
+    "IterativeMerge",
     "StateDict",
     "average",
     "batchnorm_modules",
@@ -39,6 +41,7 @@ __all__ = [
     "lerp_into",
     "lerp_stack",
     "merge_many",
+    "merge_many_iterative",
     "repair",
     "reset_batchnorm",
     "resolve_bn_mode",

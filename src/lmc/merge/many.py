@@ -1,18 +1,30 @@
-"""Merging N models, optionally after aligning each one to a reference by weight matching."""
+"""Merging N models, optionally after aligning them by weight matching.
+
+Two alignments (``merge_many(align=...)``):
+
+- ``"weight"`` (anchored): every model other than a reference is permuted onto the reference
+  once, then all are averaged;
+- ``"weight-iterative"`` (Git Re-Basin App. A.10, :func:`merge_many_iterative`): round after
+  round, every model in a seeded random order is aligned to the mean of the others (as they
+  are permuted at that moment), until a whole round changes no permutation or
+  ``max_rounds`` rounds have run; the merge is the mean of the permuted models.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from lmc.config import LmcError
+from lmc.models.compare import check_same_architecture
 
 from .interpolate import StateDict, average
 
-ALIGN_CHOICES = (None, "none", "weight")
+ALIGN_CHOICES = (None, "none", "weight", "weight-iterative")
 
 
 def _state_of(obj: Any) -> StateDict:
@@ -21,6 +33,32 @@ def _state_of(obj: Any) -> StateDict:
     if isinstance(obj, Mapping):
         return dict(obj)
     raise LmcError(f"merge_many takes nn.Module objects or state dicts, got {type(obj).__name__}")
+
+
+def _resolve_spec(
+    spec: Any,
+    items: Sequence[Any],
+    model: nn.Module | None,
+    example_input: torch.Tensor | None,
+    reference: int,
+    align: str,
+) -> Any:
+    """The permutation spec: ``spec`` itself, or traced from a module on ``example_input``."""
+    if spec is not None:
+        return spec
+    from lmc import perm as lmc_perm
+
+    module = model
+    if module is None and isinstance(items[reference], nn.Module):
+        module = items[reference]
+    if module is None:
+        module = next((obj for obj in items if isinstance(obj, nn.Module)), None)
+    if module is None or example_input is None:
+        raise LmcError(
+            f"merge_many(align={align!r}) needs a permutation spec: pass spec=, or "
+            "example_input= with model= (or nn.Module objects)"
+        )
+    return lmc_perm.spec_from_model(module, example_input)
 
 
 def merge_many(
@@ -33,23 +71,32 @@ def merge_many(
     example_input: torch.Tensor | None = None,
     spec: Any = None,
     seed: int = 0,
+    max_rounds: int = 100,
+    max_iter: int = 100,
+    tol: float = 1e-4,
 ) -> StateDict:
-    """Average N models of one architecture, optionally aligned to one reference first.
+    """Average N models of one architecture, optionally aligned first.
 
     Args:
         models_or_states: ``nn.Module`` objects or state dicts (mixed is fine).
         align: ``None``/``"none"``: plain (weighted) averaging. ``"weight"``: every model other
             than the reference is permuted onto the reference by
             ``lmc.perm.weight_matching(spec, state_ref, state_i, seed).perm`` and
-            ``lmc.perm.apply_permutation`` before averaging (Git Re-Basin's merge-many, anchored
-            on one model rather than iterated).
+            ``lmc.perm.apply_permutation`` before averaging (anchored on one model).
+            ``"weight-iterative"``: Git Re-Basin's App. A.10, :func:`merge_many_iterative`
+            (the reference then only decides whose integer buffers and dtypes the result has).
         reference: index of the reference model (kept as it is; the others move to it).
         weights: averaging weights (default equal), see :func:`lmc.merge.average`.
         model, example_input, spec: how to get the permutation spec when aligning: pass
             ``spec`` directly, or ``example_input`` (one batch) and either ``model`` or module
             objects in ``models_or_states`` (the reference's module is then traced with
             ``lmc.perm.spec_from_model``).
-        seed: seed of weight matching's random layer order.
+        seed: seed of weight matching's random layer order (and of the iterative variant's
+            model order).
+        max_rounds: most rounds of ``"weight-iterative"``.
+        max_iter, tol: weight matching's own settings (:func:`lmc.perm.weight_matching`) in
+            ``"weight-iterative"``; ``"weight"`` keeps weight matching's defaults (the same
+            values).
 
     Returns the merged state dict. BatchNorm running statistics of the result are averages and
     generally wrong: reset them with :func:`lmc.merge.reset_batchnorm` before evaluating.
@@ -60,25 +107,30 @@ def merge_many(
     if not 0 <= reference < len(items):
         raise LmcError(f"reference index {reference} is out of range for {len(items)} models")
     if align not in ALIGN_CHOICES:
-        raise LmcError(f"unknown alignment {align!r} for merge_many: use None or 'weight'")
+        raise LmcError(
+            f"unknown alignment {align!r} for merge_many: use None, 'weight' or 'weight-iterative'"
+        )
     states = [_state_of(obj) for obj in items]
     if weights is not None and len(weights) != len(states):
         raise LmcError(f"merge_many got {len(states)} models but {len(weights)} weights")
+    if align == "weight-iterative":
+        result = merge_many_iterative(
+            items,
+            weights=weights,
+            model=model,
+            example_input=example_input,
+            spec=spec,
+            seed=seed,
+            max_rounds=max_rounds,
+            max_iter=max_iter,
+            tol=tol,
+            first=reference,
+        )
+        return result.state
     if align == "weight" and len(states) > 1:
         from lmc import perm as lmc_perm  # imported lazily: lmc.perm sits before lmc.merge
 
-        if spec is None:
-            module = model
-            if module is None and isinstance(items[reference], nn.Module):
-                module = items[reference]
-            if module is None:
-                module = next((obj for obj in items if isinstance(obj, nn.Module)), None)
-            if module is None or example_input is None:
-                raise LmcError(
-                    "merge_many(align='weight') needs a permutation spec: pass spec=, or "
-                    "example_input= with model= (or nn.Module objects)"
-                )
-            spec = lmc_perm.spec_from_model(module, example_input)
+        spec = _resolve_spec(spec, items, model, example_input, reference, align)
         ref_state = states[reference]
         for i, state in enumerate(states):
             if i == reference:
@@ -89,3 +141,100 @@ def merge_many(
     order = [reference] + [i for i in range(len(states)) if i != reference]
     w = None if weights is None else [float(weights[i]) for i in order]
     return average([states[i] for i in order], w)
+
+
+@dataclass(frozen=True)
+class IterativeMerge:
+    """What :func:`merge_many_iterative` returns.
+
+    ``state``: the merged state dict (the weighted mean of the permuted models);
+    ``perms[i]``: the permutation applied to model ``i`` (group -> int64 CPU index tensor,
+    new unit j = old unit p[j]); ``rounds``: rounds run; ``changes[r]``: how many models'
+    permutations round ``r`` changed; ``converged``: whether the last round changed none.
+    """
+
+    state: StateDict
+    perms: list[dict[str, torch.Tensor]]
+    rounds: int
+    changes: list[int]
+    converged: bool
+
+
+def _same_perm(p: Mapping[str, torch.Tensor], q: Mapping[str, torch.Tensor]) -> bool:
+    return all(torch.equal(p[g], q[g]) for g in p)
+
+
+def merge_many_iterative(
+    models_or_states: Sequence[nn.Module | Mapping[str, torch.Tensor]],
+    *,
+    weights: Sequence[float] | None = None,
+    model: nn.Module | None = None,
+    example_input: torch.Tensor | None = None,
+    spec: Any = None,
+    seed: int = 0,
+    max_rounds: int = 100,
+    max_iter: int = 100,
+    tol: float = 1e-4,
+    first: int = 0,
+) -> IterativeMerge:
+    """Git Re-Basin's merge-many (App. A.10): align each model to the mean of the others.
+
+    Every model starts unpermuted. A round visits the models in an order drawn with
+    ``torch.randperm`` from one ``torch.Generator().manual_seed(seed)`` (a new order each
+    round); model ``i`` is re-matched, from its original weights and warm-started at its
+    current permutation, to the (``weights``-weighted) mean of the others as they are
+    permuted at that moment, by ``lmc.perm.weight_matching(spec, mean, state_i, seed=seed,
+    max_iter=max_iter, tol=tol)``, and the others see its new permutation at once. The loop
+    stops after the first round in which no permutation changed (``converged``) or after
+    ``max_rounds`` rounds. The merge is the weighted mean of the permuted models, with model
+    ``first``'s integer buffers and dtypes.
+
+    The spec comes from ``spec``, or from tracing ``model`` (or the first ``nn.Module`` among
+    the inputs) on ``example_input`` (:func:`lmc.perm.spec_from_model`). BatchNorm running
+    statistics of the result are averages: reset them (:func:`lmc.merge.reset_batchnorm`).
+    """
+    from lmc import perm as lmc_perm  # imported lazily: lmc.perm sits before lmc.merge
+    from lmc.config import check_int
+
+    items = list(models_or_states)
+    if not items:
+        raise LmcError("merge_many_iterative needs at least one model")
+    max_rounds = check_int("max_rounds", max_rounds, minimum=1)
+    if not 0 <= first < len(items):
+        raise LmcError(f"first index {first} is out of range for {len(items)} models")
+    states = [_state_of(obj) for obj in items]
+    n = len(states)
+    w = [1.0] * n if weights is None else [float(v) for v in weights]
+    if len(w) != n:
+        raise LmcError(f"merge_many_iterative got {n} models but {len(w)} weights")
+    for i in range(1, n):
+        check_same_architecture(
+            states[0], states[i], names=("model 0", f"model {i}"), purpose="merging"
+        )
+    spec = _resolve_spec(spec, items, model, example_input, first, "weight-iterative")
+    perms = [lmc_perm.identity_permutation(spec) for _ in range(n)]
+    current = [dict(s) for s in states]
+    changes: list[int] = []
+    converged = n == 1
+    gen = torch.Generator().manual_seed(int(seed))
+    rounds = 0
+    while not converged and rounds < max_rounds:
+        rounds += 1
+        changed = 0
+        for i in torch.randperm(n, generator=gen).tolist():
+            others = [j for j in range(n) if j != i]
+            if sum(w[j] for j in others) <= 0:
+                continue  # nothing to align to: the others all have weight 0
+            mean = average([current[j] for j in others], [w[j] for j in others])
+            result = lmc_perm.weight_matching(
+                spec, mean, states[i], seed=seed, max_iter=max_iter, init_perm=perms[i], tol=tol
+            )
+            if not _same_perm(result.perm, perms[i]):
+                changed += 1
+                perms[i] = result.perm
+                current[i] = lmc_perm.apply_permutation(spec, perms[i], states[i])
+        changes.append(changed)
+        converged = changed == 0
+    order = [first] + [i for i in range(n) if i != first]
+    merged = average([current[i] for i in order], [w[i] for i in order])
+    return IterativeMerge(merged, perms, rounds, changes, converged)

@@ -15,6 +15,9 @@ Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
   :func:`resolve_calibration`) and their subsets (:func:`calibration_split`,
   :func:`crossfit_folds`).
 - :func:`random_direction_state`: the flatness control.
+- :func:`expected_calibration_error`, :func:`reliability_curve` (:class:`ReliabilityCurve`)
+  and :func:`draw_reliability_diagram`: ECE over equal-width confidence bins
+  (:mod:`lmc.metrics.ece`).
 """
 
 from .barriers import (
@@ -46,6 +49,12 @@ from .calibration import (
     resolve_calibration,
 )
 from .chain import chain_forward, chain_plan
+from .ece import (
+    ReliabilityCurve,
+    draw_reliability_diagram,
+    expected_calibration_error,
+    reliability_curve,
+)
 from .engine import (
     METHODS,
     BatchedEngine,
@@ -71,6 +80,7 @@ __all__ = [
     "LoopEngine",
     "PathResult",
     "PathSettings",
+    "ReliabilityCurve",
     "accuracy_barrier",
     "at_bound",
     "auto_batch_size",
@@ -84,7 +94,9 @@ __all__ = [
     "cross_entropy_at",
     "cross_entropy_rows",
     "crossfit_folds",
+    "draw_reliability_diagram",
     "evaluate_path",
+    "expected_calibration_error",
     "fit_inverse_temperature",
     "lambda_grid",
     "loss_barrier",
@@ -96,6 +108,7 @@ __all__ = [
     "model_logits",
     "moved_entries",
     "random_direction_state",
+    "reliability_curve",
     "resolve_calibration",
     "select_engine",
     "stacked_logits",

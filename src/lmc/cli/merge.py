@@ -1,0 +1,227 @@
+"""Merge N runs of one architecture into one model, and store it as a new run.
+
+--align weight (the default) is Git Re-Basin's merge-many (App. A.10): round after round,
+every model in a seeded random order is permuted by weight matching onto the mean of the
+others, until a round changes no permutation (or --max-rounds); the merge is the mean of the
+permuted models. --align none averages the weights as they are. For a model with BatchNorm the
+merge's running statistics are recomputed on the training split (--bn auto/reset; none keeps
+the averaged statistics), as the pair path does after interpolating.
+
+The merged model is written as a new run (kind "merged"): the first run's config plus a
+"merge" record (the source runs in order and every setting that changes the result); the
+permutation of each input is saved beside it as perms.safetensors (key "<i>.<group>": new
+unit j = old unit p[j] of input i). The merged model and every input are evaluated on the
+test split (loss in nats, accuracy, ECE with 15 bins). An identical merged run is reused. With
+--out DIR a merge.json summary is written there too. The run folder is the last line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmc.config import LmcError, environment_info
+from lmc.store import RunStore, write_json
+
+from .common import (
+    add_data_options,
+    add_device_option,
+    add_output_options,
+    add_runs_dir_option,
+    dataset_for_config,
+    device_from,
+    emit_json,
+    resolve_run,
+)
+
+ALIGN = ("none", "weight")
+BN = ("auto", "reset", "none")
+PERMS_FILE = "perms.safetensors"
+SUMMARY_FILE = "merge.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "runs", metavar="RUN", nargs="+", help="run folders (or names in --runs-dir), two or more"
+    )
+    parser.add_argument(
+        "--align",
+        default="weight",
+        help="weight: Git Re-Basin's iterative merge-many (App. A.10); none: plain average",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the model order and of weight matching"
+    )
+    parser.add_argument(
+        "--max-rounds", type=int, default=100, help="most rounds of the iterative alignment"
+    )
+    parser.add_argument(
+        "--max-iter", type=int, default=100, help="most coordinate-descent passes per matching"
+    )
+    parser.add_argument(
+        "--tol",
+        type=float,
+        default=1e-4,
+        help="weight matching stops after a pass gaining at most this fraction (0: no step)",
+    )
+    parser.add_argument(
+        "--bn",
+        default="auto",
+        help="BatchNorm statistics of the merge: auto/reset (recompute on the training "
+        "split) or none (keep the averages)",
+    )
+    parser.add_argument("--out", default=None, help="folder for a merge.json summary")
+    add_runs_dir_option(parser)
+    add_data_options(parser)
+    add_device_option(parser)
+    add_output_options(parser)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    if args.align not in ALIGN:
+        raise LmcError(f"unknown --align {args.align!r}: choose one of {', '.join(ALIGN)}")
+    if args.bn not in BN:
+        raise LmcError(f"unknown --bn {args.bn!r}: choose one of {', '.join(BN)}")
+    for flag, value in (("--max-rounds", args.max_rounds), ("--max-iter", args.max_iter)):
+        if value < 1:
+            raise LmcError(f"{flag} must be at least 1, got {value}")
+    if not (args.tol >= 0 and math.isfinite(args.tol)):
+        raise LmcError(f"--tol must be a non-negative number, got {args.tol}")
+    if len(args.runs) < 2:
+        raise LmcError(f"merge needs at least two runs, got {len(args.runs)}")
+    settings: dict[str, Any] = {"align": args.align, "bn": args.bn}
+    if args.align == "weight":
+        settings.update(
+            seed=args.seed, max_rounds=args.max_rounds, max_iter=args.max_iter, tol=args.tol
+        )
+    return settings
+
+
+def _check_runs(runs: list) -> None:
+    """One-line ``LmcError`` naming the first run whose data or architecture differs from
+    the first run's."""
+    first = runs[0]
+    for i, run in enumerate(runs[1:], start=2):
+        for key in ("dataset", "dataset_options", "model", "model_options"):
+            a, b = first.config.get(key), run.config.get(key)
+            if a != b:
+                what = "architecture" if key.startswith("model") else "dataset"
+                raise LmcError(
+                    f"the runs do not match: {key} is {a!r} in RUN 1 ({first.name}) but {b!r} "
+                    f"in RUN {i} ({run.name}); merge needs runs of one {what}"
+                )
+
+
+@torch.no_grad()
+def _evaluate(model, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> dict[str, float]:
+    from lmc.metrics import cross_entropy_at, expected_calibration_error, model_logits
+    from lmc.models import eval_mode
+
+    with eval_mode(model):
+        logits = model_logits(model, x, 1024, device)
+    return {
+        "test_loss": cross_entropy_at(logits, y.to(logits.device)),
+        "test_accuracy": float((logits.argmax(1) == y.to(logits.device)).double().mean()),
+        "test_ece": expected_calibration_error(logits, y, kind="logits"),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from lmc.merge import average, merge_many_iterative, reset_batchnorm, resolve_bn_mode
+    from lmc.models import check_same_architecture
+
+    settings = _settings(args)
+    runs = [resolve_run(text, args.runs_dir) for text in args.runs]
+    _check_runs(runs)
+    config = {
+        **runs[0].config,
+        "kind": "merged",
+        "merge": {**settings, "runs": [r.name for r in runs]},
+    }
+    store = RunStore(args.runs_dir)
+    existing = store.find(config)
+    device = device_from(args)
+    if existing is not None and "merge" in existing.metrics:
+        record = existing.metrics["merge"]
+        _report(args, record, existing.path, reused=True)
+        return 0
+
+    models = [r.build_model(device) for r in runs]
+    for i, m in enumerate(models[1:], start=2):
+        check_same_architecture(models[0], m, names=("RUN 1", f"RUN {i}"), purpose="merging")
+    data = dataset_for_config(runs[0].config, args, device)
+    start = time.perf_counter()
+    info: dict[str, Any] = {}
+    extra: dict[str, dict[str, torch.Tensor]] = {}
+    if settings["align"] == "weight":
+        result = merge_many_iterative(
+            models,
+            example_input=data.x_train[:2],
+            seed=settings["seed"],
+            max_rounds=settings["max_rounds"],
+            max_iter=settings["max_iter"],
+            tol=settings["tol"],
+        )
+        state = result.state
+        info = {"rounds": result.rounds, "changes": result.changes, "converged": result.converged}
+        extra[PERMS_FILE] = {
+            f"{i}.{g}": p for i, perm in enumerate(result.perms) for g, p in perm.items()
+        }
+    else:
+        state = average([m.state_dict() for m in models])
+    merged = runs[0].build_model(device)
+    merged.load_state_dict(state)
+    bn = resolve_bn_mode(merged, settings["bn"])
+    if bn == "reset":
+        reset_batchnorm(merged, data.x_train)
+    seconds = time.perf_counter() - start
+    x, y = data.x_test, data.y_test
+    record = {
+        **settings,
+        "bn_resolved": bn,
+        "runs": [r.name for r in runs],
+        **info,
+        "merged": _evaluate(merged, x, y, device),
+        "inputs": [{"run": r.name, **_evaluate(m, x, y, device)} for r, m in zip(runs, models)],
+        "seconds": seconds,
+    }
+    metrics = {
+        "merge": record,
+        "final_test_loss": record["merged"]["test_loss"],
+        "final_test_accuracy": record["merged"]["test_accuracy"],
+        "environment": environment_info(device),
+        "wall_seconds": seconds,
+    }
+    state_out = {k: v.detach().cpu() for k, v in merged.state_dict().items()}
+    saved = store.save(config, state_out, metrics, extra_tensors=extra)
+    _report(args, record, saved.path, reused=False)
+    return 0
+
+
+def _report(args: argparse.Namespace, record: dict[str, Any], path: Path, reused: bool) -> None:
+    if args.out is not None:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / SUMMARY_FILE, {**record, "run_dir": str(path)})
+    if args.json:
+        emit_json({**record, "run_dir": str(path), "reused": reused})
+        return
+    if reused:
+        print(f"reusing the identical merged run (delete {path} to redo it)")
+    rounds = (
+        f", {record['rounds']} rounds ({'converged' if record['converged'] else 'not converged'})"
+        if record["align"] == "weight"
+        else ""
+    )
+    print(f"merged {len(record['runs'])} runs: align {record['align']}{rounds}, "
+          f"BatchNorm {record['bn_resolved']}")  # fmt: skip
+    print(f"{'model':<8} {'test loss':>10} {'accuracy':>9} {'ECE':>7}")
+    rows = [(f"input {i}", r) for i, r in enumerate(record["inputs"], start=1)]
+    for name, r in [*rows, ("merged", record["merged"])]:
+        print(f"{name:<8} {r['test_loss']:>10.4f} {r['test_accuracy']:>9.4f} {r['test_ece']:>7.4f}")
+    print(path)
