@@ -150,8 +150,9 @@ def test_write_pair_replaces_the_folder_whole(pair, tmp_path):
     out.mkdir()
     (out / "stale.txt").write_text("from an earlier run")
     written = write_pair(result, out)
-    assert sorted(p.name for p in written) == ["curve.csv", "path.png", "summary.json"]
-    assert sorted(p.name for p in out.iterdir()) == ["curve.csv", "path.png", "summary.json"]
+    files = ["curve.csv", "path.png", "path.svg", "summary.json"]
+    assert sorted(p.name for p in written) == files
+    assert sorted(p.name for p in out.iterdir()) == files
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary folder left
 
 

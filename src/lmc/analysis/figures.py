@@ -5,6 +5,11 @@
 - ``plot_moments``: per layer, histograms of the per-unit root second moments √E[z~_i²] of A
   and B overlaid (log-spaced bins; exactly-zero units are counted in the panel title).
 - ``plot_spectra``: per weight layer, the singular values of W_A and W_B (log scale).
+
+The look is the shared one of :mod:`lmc.metrics.figures` (``new_figure``, ``finish_axes`` on
+every panel, ``log_scale`` where values span decades); each figure is saved as PNG at the
+print resolution :data:`lmc.metrics.figures.DPI` with an SVG beside it (``cosines.png`` and
+``cosines.svg``), atomically. Every ``plot_*`` returns the paths it wrote.
 """
 
 from __future__ import annotations
@@ -12,14 +17,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
 
-from lmc.store import atomic_path
+from lmc.metrics.figures import finish_axes, log_scale, new_figure, save_figure
 
 from .theory import GAUSSIAN_RELU_LIMIT
 
@@ -32,29 +36,30 @@ COSINES = (
 )
 
 
-def _grid(count: int, size: tuple[float, float] = (3.2, 2.6)) -> tuple[Figure, list]:
+#: The formats every analysis figure is saved in, beside each other.
+FORMATS = ("png", "svg")
+
+
+def _panels(count: int, panel: tuple[float, float] = (3.2, 2.6)) -> tuple[Figure, list]:
+    """``count`` panels of ``panel`` inches, at most 4 a row (:func:`new_figure`); the unused
+    cells of the last row are hidden."""
     cols = min(count, 4)
-    rows = math.ceil(count / cols)
-    fig = Figure(figsize=(size[0] * cols, size[1] * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    fig, grid = new_figure(math.ceil(count / cols), cols, panel=panel)
+    axes = grid.ravel().tolist()
     for ax in axes[count:]:
         ax.set_visible(False)
     return fig, axes[:count]
-
-
-def _save(fig: Figure, path: str | os.PathLike) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
 
 
 def _value(v: Any) -> float:
     return math.nan if v is None else float(v)
 
 
-def plot_cosines(records: Sequence[dict], path: str | os.PathLike) -> None:
+def plot_cosines(records: Sequence[dict], path: str | os.PathLike) -> list[Path]:
+    """One panel per λ of ``records`` (``lmc.analysis`` layer records): the cosines against
+    depth, Theorem 5.4's Gaussian ReLU limit dashed. Saved at ``path`` (PNG, SVG beside)."""
     lams = list(dict.fromkeys(r["lam"] for r in records))
-    fig, axes = _grid(len(lams), (4.8, 3.4))
+    fig, axes = _panels(len(lams), (4.8, 3.4))
     for ax, lam in zip(axes, lams):
         rows = [r for r in records if r["lam"] == lam]
         layers = [r["layer"] for r in rows]
@@ -67,13 +72,18 @@ def plot_cosines(records: Sequence[dict], path: str | os.PathLike) -> None:
         ax.set_title(f"λ = {lam:g}  (θ(λ) = (1−λ)θ_A + λθ_B)", fontsize=9)
         ax.set_ylabel("cosine")
         ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.02)
+        finish_axes(ax)
     axes[0].legend(fontsize=7, loc="lower left")
-    _save(fig, path)
+    return save_figure(fig, path, FORMATS)
 
 
-def plot_moments(moments: dict[str, dict[str, np.ndarray]], path: str | os.PathLike) -> None:
-    fig, axes = _grid(len(moments))
+def plot_moments(moments: dict[str, dict[str, np.ndarray]], path: str | os.PathLike) -> list[Path]:
+    """Per layer (``{name: {"a": (units,), "b": (units,)}}``), histograms of the per-unit root
+    second moments of A and B; log-x with log-spaced bins when they span a decade or more.
+    Saved at ``path`` (PNG, SVG beside)."""
+    fig, axes = _panels(len(moments))
     for ax, (name, sides) in zip(axes, moments.items()):
+        finish_axes(ax)
         positive = np.concatenate([m[m > 0] for m in sides.values()])
         if positive.size == 0:
             ax.set_title(f"{name}: all zero", fontsize=8)
@@ -90,21 +100,23 @@ def plot_moments(moments: dict[str, dict[str, np.ndarray]], path: str | os.PathL
             ax.hist(m[m > 0], bins=bins, alpha=0.5, color=color, label=f"model {side.upper()}")
             zeros.append(int((m == 0).sum()))
         if log_axis:
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())
+            log_scale(ax, "x")
         title = f"{name} ({sides['a'].size} units)"
         if any(zeros):
             title += f", zero: A {zeros[0]}, B {zeros[1]}"
         ax.set_title(title, fontsize=8)
         ax.set_xlabel("√E[z̃ᵢ²]", fontsize=8)
     axes[0].legend(fontsize=7)
-    _save(fig, path)
+    return save_figure(fig, path, FORMATS)
 
 
-def plot_spectra(spectra: dict[str, dict[str, np.ndarray]], path: str | os.PathLike) -> None:
+def plot_spectra(spectra: dict[str, dict[str, np.ndarray]], path: str | os.PathLike) -> list[Path]:
+    """Per weight layer (``{name: {"a": (k,), "b": (k,)}}``), the singular values of W_A and
+    W_B against their index (1-based), log-y (values clamped at 1e-12). Nothing is written
+    (``[]`` returned) when ``spectra`` is empty; else saved at ``path`` (PNG, SVG beside)."""
     if not spectra:
-        return
-    fig, axes = _grid(len(spectra))
+        return []
+    fig, axes = _panels(len(spectra))
     for ax, (name, sides) in zip(axes, spectra.items()):
         for side, color in (("a", "C0"), ("b", "C1")):
             sv = sides[side]
@@ -114,9 +126,10 @@ def plot_spectra(spectra: dict[str, dict[str, np.ndarray]], path: str | os.PathL
                 color=color,
                 label=f"W_{side.upper()}",
             )
-        ax.set_yscale("log")
+        log_scale(ax, "y")
         ax.set_title(f"{name}", fontsize=8)
         ax.set_xlabel("index", fontsize=8)
+        finish_axes(ax)
     axes[0].set_ylabel("singular value")
     axes[0].legend(fontsize=7)
-    _save(fig, path)
+    return save_figure(fig, path, FORMATS)

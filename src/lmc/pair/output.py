@@ -1,4 +1,5 @@
-"""A pair's files: ``curve.csv``, ``summary.json``, ``path.png`` and the analysis' files.
+"""A pair's files: ``curve.csv``, ``summary.json``, ``path.png``/``path.svg`` and the
+analysis' files.
 
 ``summary(result)`` is the JSON object ``lmc interpolate --json`` / ``lmc analyze --json``
 print and ``summary.json`` holds; ``write_pair`` writes the folder whole or not at all.
@@ -19,6 +20,8 @@ from .figures import plot_path
 from .pipeline import PairResult
 
 CURVE_FILE, SUMMARY_FILE, PATH_FIGURE = "curve.csv", "summary.json", "path.png"
+#: The formats the pair's figures are saved in (``path.png`` and ``path.svg`` beside it).
+FIGURE_FORMATS = ("png", "svg")
 
 
 def path_summary(path: PathResult) -> dict[str, Any]:
@@ -103,9 +106,11 @@ def write_pair(
 ) -> list[Path]:
     """Write the pair's files into folder ``out`` (replaced whole; nothing left on failure).
 
-    Path: ``curve.csv`` and ``path.png``; analysis: ``layers.csv``, ``units.safetensors`` and
-    its figures (``lmc.analysis.output.write_results``); always ``summary.json``, holding
-    ``summary_data`` (default: :func:`summary` of ``result``). Returns the paths written.
+    Path: ``curve.csv`` and ``path.png`` with ``path.svg`` beside it; analysis: ``layers.csv``,
+    ``units.safetensors`` and its figures, each PNG with an SVG beside it
+    (``lmc.analysis.output.write_results``); always ``summary.json``, holding ``summary_data``
+    (default: :func:`summary` of ``result``). ``figures=False`` writes no figure. Returns the
+    paths written.
     """
     out = Path(out)
     data = summary(result, {"out": str(out)}) if summary_data is None else summary_data
@@ -115,13 +120,19 @@ def write_pair(
             write_text(tmp / CURVE_FILE, curve_csv(result))
             names.append(CURVE_FILE)
             if figures:
-                plot_path(tmp / PATH_FIGURE, result.path, result.baseline, title)
-                names.append(PATH_FIGURE)
+                saved = plot_path(
+                    tmp / PATH_FIGURE, result.path, result.baseline, title, formats=FIGURE_FORMATS
+                )
+                names.extend(p.name for p in saved)
         if result.analysis is not None:
             from lmc.analysis.output import write_results
 
             written = write_results(result.analysis, tmp, data, figures=figures)
-            names.extend(p.name for p in written if p.name != SUMMARY_FILE)
+            for p in written:
+                # the analysis figures' SVGs lie beside their PNGs (lmc.analysis.figures)
+                svg = p.with_suffix(".svg")
+                extra = [svg.name] if p.suffix == ".png" and (tmp / svg.name).is_file() else []
+                names.extend(n for n in [p.name, *extra] if n != SUMMARY_FILE and n not in names)
         write_json(tmp / SUMMARY_FILE, data)
         names.append(SUMMARY_FILE)
     return [out / name for name in names]

@@ -152,9 +152,11 @@ def fit(
         record["seconds"] = time.perf_counter() - start
         history.append(record)
         if not quiet and hasattr(epochs, "set_postfix"):
-            epochs.set_postfix(
-                loss=f"{train_loss:.3f}", acc=f"{record.get('test_accuracy', 0):.3f}"
-            )
+            # the running loss over the epoch's training batches; the accuracy of the test split
+            postfix = {"train loss": f"{train_loss:.3f}"}
+            if "test_accuracy" in record:
+                postfix["test acc"] = f"{record['test_accuracy']:.3f}"
+            epochs.set_postfix(postfix)
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, model, optimizer, history)
     model.eval()
