@@ -95,6 +95,128 @@ class GroupedNorm(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
+# ---- attention models (for tests/perm/test_attention_spec.py and test_head_matching.py) -------
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class HandAttention(nn.Module):
+    """Attention written by hand. ``qkv``: ``separate`` (q, k, v Linear), ``split`` (one fused
+    Linear cut with ``split``, GPT-2 style), ``chunk`` (``chunk(3, -1)``) or ``view`` (the fused
+    output viewed as ``(B, T, 3, H, d)`` and indexed); ``kind``: ``sdpa`` or ``softmax`` (explicit
+    ``softmax(q kᵀ / √d) v`` with a causal mask buffer); ``rope``: rotary embedding on q, k."""
+
+    def __init__(
+        self, dim: int, heads: int, qkv: str = "separate", kind: str = "sdpa", rope: bool = False
+    ) -> None:
+        super().__init__()
+        self.dim, self.heads, self.d = dim, heads, dim // heads
+        self.qkv_mode, self.kind, self.rope = qkv, kind, rope
+        if qkv == "separate":
+            self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
+        else:
+            self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        pos = torch.arange(16.0)[:, None] * torch.linspace(0.1, 1.0, self.d // 2)[None, :]
+        angles = torch.cat([pos, pos], dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        b, n, _ = t.shape
+        return t.view(b, n, self.heads, self.d).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        if self.qkv_mode == "separate":
+            q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
+        elif self.qkv_mode in ("split", "chunk"):
+            fused = self.qkv(x)
+            parts = fused.split(self.dim, dim=2) if self.qkv_mode == "split" else fused.chunk(3, -1)
+            q, k, v = self._heads(parts[0]), self._heads(parts[1]), self._heads(parts[2])
+        else:
+            qkv = self.qkv(x).view(b, n, 3, self.heads, self.d)
+            q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+        if self.rope:
+            positions = torch.arange(n)
+            cos, sin = self.cos[positions], self.sin[positions]
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+        if self.kind == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / self.d**0.5)
+            causal = torch.ones((n, n), dtype=torch.bool).tril()
+            att = att.masked_fill(~causal, float("-inf"))
+            y = torch.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(b, n, self.dim))
+
+
+class MHAAttention(nn.Module):
+    """``nn.MultiheadAttention`` as a block's attention; ``separate``: key and value come from a
+    side stream of another width (``kdim = vdim != dim``: separate q/k/v weights)."""
+
+    def __init__(
+        self, dim: int, heads: int, batch_first: bool, bias: bool, separate: bool = False
+    ) -> None:
+        super().__init__()
+        self.batch_first, self.separate = batch_first, separate
+        kdim = dim + 2 if separate else None
+        self.mha = nn.MultiheadAttention(
+            dim, heads, bias=bias, batch_first=batch_first, kdim=kdim, vdim=kdim
+        )
+        if separate:
+            self.side = nn.Linear(dim, dim + 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kv = torch.tanh(self.side(x)) if self.separate else x
+        if not self.batch_first:
+            x, kv = x.transpose(0, 1), kv.transpose(0, 1)
+        y, _ = self.mha(x, kv, kv, need_weights=False)
+        return y if self.batch_first else y.transpose(0, 1)
+
+
+class TinyTransformer(nn.Module):
+    """A pre-norm transformer on ``(B, T, in_dim)`` inputs: Linear embedding, positional
+    embedding (sliced to ``T``), class token, ``depth`` blocks of ``attn`` + MLP, final
+    LayerNorm and a head on the class token. ``attn(dim, heads)`` builds each attention."""
+
+    def __init__(self, attn, in_dim: int = 5, dim: int = 16, heads: int = 4, depth: int = 2):
+        super().__init__()
+        self.embed = nn.Linear(in_dim, dim)
+        self.pos = nn.Parameter(torch.randn(1, 17, dim) * 0.1)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.1)
+        self.blocks = nn.ModuleList()
+        for _ in range(depth):
+            block = nn.Module()
+            block.ln1, block.attn, block.ln2 = (
+                nn.LayerNorm(dim),
+                attn(dim, heads),
+                nn.LayerNorm(dim),
+            )
+            block.fc1, block.fc2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+            self.blocks.append(block)
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)
+        h = h + self.pos[:, : h.shape[1]]
+        for block in self.blocks:
+            h = h + block.attn(block.ln1(h))
+            h = h + block.fc2(F.gelu(block.fc1(block.ln2(h))))
+        return self.head(self.ln(h)[:, 0])
+
+
+@pytest.fixture(scope="session")
+def attention_models() -> SimpleNamespace:
+    return SimpleNamespace(
+        HandAttention=HandAttention, MHAAttention=MHAAttention, TinyTransformer=TinyTransformer
+    )
+
+
 @pytest.fixture(scope="session")
 def extra_models() -> SimpleNamespace:
     return SimpleNamespace(

@@ -220,13 +220,15 @@ class Attention(nn.Module):
         return self.out(torch.softmax(scores, dim=-1) @ self.v(h))
 
 
-def test_product_of_two_computed_tensors_is_left_unpermuted():
+def test_product_of_two_computed_tensors_is_solved_like_attention():
+    """q @ kᵀ shares q's and k's output units; (scores) @ v keeps v's units (single head)."""
     model, x = Attention(), _randn(3, 5, 4)
-    spec = derive(model, x, warns="multiplies two computed tensors")
+    spec = derive(model, x)
+    assert perm(spec, "q.weight", 0) == perm(spec, "k.weight", 0) == "q"
+    assert perm(spec, "v.weight", 0) == perm(spec, "out.weight", 1) == "v"
     for name in ("q", "k", "v"):
-        assert perm(spec, f"{name}.weight", 0) is None
         assert perm(spec, f"{name}.weight", 1) == perm(spec, "inp.weight", 0) == "inp"
-    assert spec.group_sizes == {"inp": 8}
+    assert spec.group_sizes == {"inp": 8, "q": 8, "v": 8}
     assert_preserved(model, spec, x)
 
 
@@ -649,13 +651,11 @@ class WithAttentionModule(nn.Module):
         return self.fc3(torch.relu(self.fc2(h))).mean(1)
 
 
-def test_unknown_module_with_parameters_fixes_them():
+def test_multihead_attention_module_gets_head_groups():
+    """nn.MultiheadAttention is understood (perm.trace.attention): heads nest q/k and v/o."""
     model, x = WithAttentionModule(), _randn(3, 5, 4)
-    spec = derive(model, x, warns="unknown type MultiheadAttention")
-    mha = [n for n in spec if n.startswith("mha.")]
-    assert mha and all(e is None for n in mha for e in spec[n])
-    assert perm(spec, "fc1.weight", 0) is None
-    assert spec.group_sizes == {"fc2": 8}
+    spec = derive(model, x)
+    assert {"mha.heads", "mha.qk", "mha.vo"} <= set(spec.group_sizes)
     assert_preserved(model, spec, x)
 
 

@@ -16,6 +16,13 @@ batch of A are kept until B's are ready) and accumulated in float64: counts, sum
 squares and the cross-moment matrix Σ z_A z_Bᵀ. ``method="covariance"`` assigns on the
 cross-covariance, ``"correlation"`` (default) on the cross-correlation; units with zero
 variance (dead ReLUs) get correlation 0 with everything instead of NaN.
+
+Attention heads (``spec.heads``): a nested group's features are its ``H * d`` flat units (for
+the q/k dims, the outputs of the q and k projections, pooled; for the v/o dims, the input of
+the output projection); the head group and its nested groups are assigned together by
+:func:`lmc.perm.heads.nested_assignment` on the blocks of their correlation matrices. Heads
+inside a module the tracer does not enter (``nn.MultiheadAttention``) have no features and
+stay the identity, with a warning.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from torch import fx, nn
 from lmc.config import LmcError, progress
 from lmc.models import eval_mode, module_device
 
+from .heads import nested_assignment, nested_of
 from .lap import linear_assignment
 from .ops import MatchResult, identity_permutation
 from .spec import PermutationSpec
@@ -187,7 +195,12 @@ def activation_matching(
     points = hook_points(spec, model_a, example)
     nodes = sorted({p[0] for pts in points.values() for p in pts})
     perm = identity_permutation(spec)
-    unmatched = [g for g, pts in points.items() if not pts]
+    nested = nested_of(spec.heads)
+    unmatched = [
+        g
+        for g, pts in points.items()
+        if not pts and g not in spec.heads and g not in nested
+    ]
     for g in unmatched:
         warnings.warn(
             f"lmc.perm: no layer reads or writes group {g!r} in the traced graph; "
@@ -212,8 +225,29 @@ def activation_matching(
                         _features(values_b[node], dim, offset, size, repeat),
                     )
             del values_a, values_b
-    for g, acc in stats.items():
-        perm[g] = linear_assignment(acc.finalize(method))
+    matrices = {g: acc.finalize(method) for g, acc in stats.items()}
+    for g, m in matrices.items():
+        if g not in spec.heads and g not in nested:
+            perm[g] = linear_assignment(m)
+    for head, members in nested.items():
+        if head not in matrices and not any(m in matrices for m in members):
+            warnings.warn(
+                f"lmc.perm: no traced layer reads or writes the heads {head!r} (or the dims "
+                "nested in them); activation matching leaves them as the identity",
+                stacklevel=2,
+            )
+            continue
+        inner = [m for m in members if m in matrices]
+        head_perm, flats, _ = nested_assignment(
+            matrices.get(head), [matrices[m] for m in inner], sizes[head]
+        )
+        perm[head] = head_perm
+        for m, p in zip(inner, flats):
+            perm[m] = p
+        for m in members:
+            if m not in matrices:  # no features: identity within heads, heads as chosen
+                d = sizes[m] // sizes[head]
+                perm[m] = (head_perm[:, None] * d + torch.arange(d)[None, :]).reshape(-1)
     return ActivationMatchingResult(
         perm=perm,
         examples=examples,

@@ -16,6 +16,7 @@ import torch
 
 from lmc.config import LmcError
 
+from .heads import check_nested, random_nested
 from .spec import PermutationSpec, axis_index
 
 Perm = dict[str, torch.Tensor]
@@ -51,10 +52,17 @@ def random_permutation(spec: PermutationSpec, seed: int) -> Perm:
     """A uniformly random valid permutation for each group of ``spec``, from ``seed`` alone.
 
     Groups are drawn in sorted name order from one ``torch.Generator``, so the same seed gives
-    the same permutation on every machine.
+    the same permutation on every machine; groups nested in a head group (``spec.heads``) are
+    drawn after the others, block-structured by their head permutation with a uniformly random
+    permutation inside each head.
     """
     gen = torch.Generator().manual_seed(int(seed))
-    return {name: torch.randperm(n, generator=gen) for name, n in spec.group_sizes.items()}
+    heads = spec.heads
+    sizes = spec.group_sizes
+    out = {name: torch.randperm(n, generator=gen) for name, n in sizes.items() if name not in heads}
+    for name, (head, n_heads) in sorted(heads.items()):
+        out[name] = random_nested(out[head], sizes[name] // n_heads, gen)
+    return dict(sorted(out.items()))
 
 
 def check_permutation(spec: PermutationSpec, perm: Mapping[str, torch.Tensor]) -> None:
@@ -73,6 +81,8 @@ def check_permutation(spec: PermutationSpec, perm: Mapping[str, torch.Tensor]) -
             raise LmcError(f"permutation {name!r} must have {n} entries, got shape {list(p.shape)}")
         if not torch.equal(torch.sort(p.detach().long().cpu()).values, torch.arange(n)):
             raise LmcError(f"{name!r} is not a permutation of 0..{n - 1}")
+    for name, (head, _) in spec.heads.items():
+        check_nested(name, perm[name], head, perm[head])
 
 
 def permute_tensor(

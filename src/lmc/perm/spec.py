@@ -17,6 +17,11 @@ permutations are derived from this map on demand, never stored.
 Hand-written specs use :meth:`PermutationSpec.from_dict` with shorthand entries: ``None``, a
 permutation name ``"P1"``, a pair ``("P1", repeat)``, or a list of segments
 ``[("P1", size, repeat), (None, size, 1), ...]``.
+
+Attention heads: ``heads`` maps a *nested* permutation (the ``H * d`` q/k dims, or v/output
+dims, of one attention layer) to ``(head permutation, H)``. The head permutation is a group of
+``H`` units (it need not index any axis itself); the nested one must be block-structured by it
+(whole heads move, each head's dims permute among themselves; see :mod:`lmc.perm.heads`).
 """
 
 from __future__ import annotations
@@ -116,13 +121,15 @@ class PermutationSpec:
 
     ``axes`` maps tensor names to one entry per axis (see the module docstring); ``shapes``
     maps the same names to their shapes (a state dict or a module also works). Integer buffers
-    (``num_batches_tracked``) are never permuted and need not be listed.
+    (``num_batches_tracked``) are never permuted and need not be listed. ``heads``: nested
+    permutation -> ``(head permutation, number of heads)`` (see the module docstring).
     """
 
     def __init__(
         self,
         axes: Mapping[str, Sequence[Any]],
         shapes: Mapping[str, Any] | nn.Module,
+        heads: Mapping[str, tuple[str, int]] | None = None,
     ) -> None:
         if isinstance(shapes, nn.Module):
             shapes = shapes.state_dict()
@@ -142,14 +149,30 @@ class PermutationSpec:
                 _normalise_entry(name, k, e, shape[k]) for k, e in enumerate(entries)
             )
             self._shapes[name] = shape
+        self._heads: dict[str, tuple[str, int]] = {}
+        for g, value in (heads or {}).items():
+            if not (isinstance(value, (tuple, list)) and len(value) == 2):
+                raise LmcError(f"heads[{g!r}] must be (head permutation, number of heads)")
+            head, n = str(value[0]), int(value[1])
+            if n < 1 or head == g:
+                raise LmcError(f"heads[{g!r}]: bad head permutation {value!r}")
+            self._heads[str(g)] = (head, n)
         _ = self.group_sizes  # validates that every permutation has one size
 
     @classmethod
     def from_dict(
-        cls, axes: Mapping[str, Sequence[Any]], shapes: Mapping[str, Any] | nn.Module
+        cls,
+        axes: Mapping[str, Sequence[Any]],
+        shapes: Mapping[str, Any] | nn.Module,
+        heads: Mapping[str, tuple[str, int]] | None = None,
     ) -> PermutationSpec:
         """A hand-written spec: ``{"fc1.weight": ("P1", None), "fc1.bias": ("P1",), ...}``."""
-        return cls(axes, shapes)
+        return cls(axes, shapes, heads)
+
+    @property
+    def heads(self) -> dict[str, tuple[str, int]]:
+        """Nested permutation -> ``(head permutation, number of heads)`` (a copy)."""
+        return dict(self._heads)
 
     # ---- the map and what is derived from it -------------------------------------------------
     @property
@@ -198,6 +221,17 @@ class PermutationSpec:
                             f"permutation {seg.perm!r} has {sizes[seg.perm]} units in one place "
                             f"but {seg.size} in {name!r}: a permutation has one size"
                         )
+        for g, (head, n) in self._heads.items():
+            if g not in sizes:
+                raise LmcError(f"heads names {g!r}, which indexes no axis of the spec")
+            if g in {h for h, _ in self._heads.values()} or head in self._heads:
+                raise LmcError(f"heads: {g!r} cannot be both nested and a head permutation")
+            if sizes[g] % n:
+                raise LmcError(f"{g!r} has {sizes[g]} units, not a multiple of {n} heads")
+            if sizes.setdefault(head, n) != n:
+                raise LmcError(
+                    f"head permutation {head!r} has {sizes[head]} units but {g!r} says {n} heads"
+                )
         return dict(sorted(sizes.items()))
 
     @property
@@ -225,7 +259,11 @@ class PermutationSpec:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PermutationSpec):
             return NotImplemented
-        return self._axes == other._axes and self._shapes == other._shapes
+        return (
+            self._axes == other._axes
+            and self._shapes == other._shapes
+            and self._heads == other._heads
+        )
 
     def __repr__(self) -> str:
         return (
@@ -249,6 +287,8 @@ class PermutationSpec:
                     tag += "(part)"
                 parts.append(tag)
             lines.append(f"  {perm} ({sizes[perm]}): {', '.join(parts)}")
+        for g, (head, n) in sorted(self._heads.items()):
+            lines.append(f"  {g} is nested in {head} ({n} heads of {sizes[g] // n})")
         fixed = [n for n in self._axes if n not in set(self.permuted_names)]
         if fixed:
             lines.append(f"  unpermuted: {', '.join(fixed)}")

@@ -23,6 +23,12 @@ Speed (``benchmarks/weight_matching.py`` measures it against Git Re-Basin's loop
 - the assignment solver is SciPy's (``lap`` and ``lapjv`` were measured on the same sequence
   of matrices: at most 30% faster, not worth a dependency).
 
+Attention heads (``spec.heads``): a head group and the groups nested in it (the q/k and v/o
+dims of one attention layer) are one coordinate. Its step scores every (head of A, head of B)
+pair by the best within-head assignment of each nested group on that pair's ``d x d`` block of
+``S_g`` (plus ``S_head`` where whole heads index a tensor), solves one assignment over heads and
+keeps the within-head assignments of the chosen pairs (:func:`lmc.perm.heads.nested_assignment`).
+
 Products run on the tensors' device in their precision (float32 for float32 weights) and are
 accumulated into ``S_g`` in float64.
 """
@@ -38,6 +44,7 @@ import torch
 from lmc.config import LmcError, check_finite, progress
 from lmc.models.compare import check_same_architecture
 
+from .heads import head_value, nested_assignment, nested_of
 from .lap import linear_assignment
 from .ops import MatchResult, check_permutation, identity_permutation, matching_objective
 from .spec import AxisEntry, PermutationSpec, axis_index
@@ -295,7 +302,10 @@ def weight_matching(
     sim = SimilarityMatrices(spec, state_a, state_b)
     device = sim.device
     dev_perm = {g: p.to(device) for g, p in perm.items()}
-    names = list(sizes)
+    heads = spec.heads
+    nested = nested_of(heads)
+    # coordinates: a plain group, or a head group with the groups nested in it
+    names = [g for g in sizes if g not in heads]
     gen = torch.Generator().manual_seed(int(seed))
     dirty = {g: True for g in names}
     assignments = 0
@@ -307,20 +317,33 @@ def weight_matching(
         steps = 0
         for gi in torch.randperm(len(names), generator=gen).tolist():
             g = names[gi]
-            if sim.update(g, dev_perm):
+            members = [g, *nested.get(g, [])]
+            changed = [sim.update(m, dev_perm) for m in members]
+            if any(changed):
                 dirty[g] = True
             if not dirty[g]:
                 continue  # S_g is what it was at the last assignment: same answer
             dirty[g] = False
-            s = sim.matrix(g)
-            new = linear_assignment(s)
-            assignments += 1
-            rows = torch.arange(s.shape[0], device=s.device)
-            old_value = float(s[rows, dev_perm[g]].sum())
-            new_value = float(s[rows, new.to(s.device)].sum())
+            if g in nested:
+                n_heads = sizes[g]
+                head_s = sim.matrix(g) if sim.terms[g] else None
+                inner = [sim.matrix(m) for m in nested[g]]
+                head, flats, new_value = nested_assignment(head_s, inner, n_heads)
+                assignments += 1
+                old_value = head_value(head_s, inner, dev_perm[g], [dev_perm[m] for m in nested[g]])
+                new_perm = dict(zip(members, [head, *flats]))
+            else:
+                s = sim.matrix(g)
+                new = linear_assignment(s)
+                assignments += 1
+                rows = torch.arange(s.shape[0], device=s.device)
+                old_value = float(s[rows, dev_perm[g]].sum())
+                new_value = float(s[rows, new.to(s.device)].sum())
+                new_perm = {g: new}
             if new_value - old_value > _STEP_TOL * max(abs(old_value), math.ulp(1.0)):
-                perm[g] = new
-                dev_perm[g] = new.to(device)
+                for m, p in new_perm.items():
+                    perm[m] = p
+                    dev_perm[m] = p.to(device)
                 gained += new_value - old_value
                 steps += 1
         objective += gained

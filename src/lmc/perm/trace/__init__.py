@@ -15,13 +15,15 @@ How it works, and where each decision lives:
    *opens* a group; norms bind their per-channel parameters to the group they carry),
    ``flow`` those without (elementwise ops carry or unite groups, reshapes and transposes
    move them, reductions over the units drop them, ``cat`` concatenates them); ``tables``
-   lists which torch ops are of which kind.
+   lists which torch ops are of which kind; ``attention`` follows attention heads (split
+   with ``view``, products of computed tensors solved like an einsum, ``nn.MultiheadAttention``,
+   fused projections cut with ``chunk`` / ``split``) and nests the q/k and v/o dims in them.
 4. ``result``: every live group of two or more units becomes a permutation of the spec.
 
 What is left unpermuted, and why: the input (the data's order is given) and every group that
 reaches the output (the caller sees its order); anything a handler cannot prove safe -- an
 unknown module, function or method that receives permuted channels, a grouped convolution,
-GroupNorm with 1 < G < C, a product of two computed tensors, a slice of the channels, a
+GroupNorm with 1 < G < C, a slice of the channels, a
 permuted value combined with a fixed tensor -- *freezes* the groups it touches, with a
 ``warnings.warn`` naming the node. Frozen groups stay unpermuted, so a derived spec never
 changes the function the model computes.

@@ -22,7 +22,8 @@ from typing import Any
 
 from torch import fx
 
-from .state import Layout, Seg, TraceState
+from . import attention
+from .state import HeadLayout, Items, Layout, Seg, TraceState
 from .tables import METADATA_ATTRS
 
 
@@ -33,6 +34,10 @@ def pointwise(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
     operands = [o for o in operands if st.shape(o) is not None]
     if out is None:
         return st.unknown(node, "gives a non-tensor result")
+    if any(isinstance(st.layout(o), HeadLayout) for o in operands):
+        return attention.pointwise_heads(st, node, operands)
+    if not all(st.plain(o) for o in operands):
+        return st.unknown(node)
     nd = len(out)
     permuted, plain = [], []
     for op in operands:
@@ -56,8 +61,12 @@ def pointwise(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
             k = e - (nd - len(shp))
             if k < 0 or shp[k] == 1:
                 st.fix_leaf(op)  # broadcast along the units: one value for all of them
-            elif op in st.leaf:
-                name = st.leaf[op]
+            elif op in st.leaf or (
+                op in st.leaf_view
+                and st.shapes[st.leaf_view[op]][k] == shp[k]
+                and len(st.shapes[st.leaf_view[op]]) == len(shp)
+            ):
+                name = st.leaf.get(op) or st.leaf_view[op]
                 for a in range(len(shp)):
                     st.bind(name, a, segs if a == k else None)
             else:
@@ -154,11 +163,27 @@ def reshape(st: TraceState, node: fx.Node) -> None:
     lay = st.layout(x)
     if lay is None:
         return st.unpermuted(node, x)
+    if isinstance(lay, HeadLayout):
+        return attention.reshape_heads(st, node, x, lay)
+    if not isinstance(lay, Layout) or st.shape(node) is None:
+        return st.unknown(node)
     new = reshape_layout(st.shape(x), st.shape(node), lay)
+    if new is None and attention.split_heads(st, node, x, lay):
+        return
     if new is None:
         st.unknown(node, "reshapes the channel dimension into pieces")
     else:
         st.env[node] = new
+
+
+def _view_of_leaf(st: TraceState, node: fx.Node, x: Any) -> bool:
+    """Record ``node`` as a same-rank view of the state tensor ``x`` reads (if it does)."""
+    name = (st.leaf.get(x) or st.leaf_view.get(x)) if isinstance(x, fx.Node) else None
+    out = st.shape(node)
+    if name is not None and out is not None and len(out) == len(st.shapes[name]):
+        st.leaf_view[node] = name
+        return True
+    return False
 
 
 def expand(st: TraceState, node: fx.Node) -> None:
@@ -166,6 +191,9 @@ def expand(st: TraceState, node: fx.Node) -> None:
     x = node.args[0]
     xs, out, lay = st.shape(x), st.shape(node), st.layout(x)
     if lay is None:
+        if _view_of_leaf(st, node, x):
+            st.env[node] = None
+            return
         return st.unpermuted(node, x)
     e = lay.dim + len(out) - len(xs)
     if out[e] == xs[lay.dim]:
@@ -184,7 +212,13 @@ def _move_dim(st: TraceState, node: fx.Node, order: Any) -> None:
     if order is None or not all(isinstance(d, int) for d in order):
         return st.unknown(node)
     nd = len(st.shape(x))
-    st.env[node] = Layout([d % nd for d in order].index(lay.dim), lay.segs)
+    pos = [d % nd for d in order]
+    if isinstance(lay, HeadLayout):
+        st.env[node] = lay._replace(head_dim=pos.index(lay.head_dim), dim=pos.index(lay.dim))
+        return
+    if not isinstance(lay, Layout):
+        return st.unknown(node)
+    st.env[node] = Layout(pos.index(lay.dim), lay.segs)
 
 
 def permute(st: TraceState, node: fx.Node) -> None:
@@ -265,39 +299,72 @@ def getitem(st: TraceState, node: fx.Node) -> None:
     x, index = node.args[0], node.args[1]
     lay = st.layout(x)
     if lay is None:
+        idx = index if isinstance(index, tuple) else (index,)
+        keeps_rank = all(isinstance(i, slice) or i is Ellipsis for i in idx)
+        if keeps_rank and _view_of_leaf(st, node, x):
+            st.env[node] = None
+            return
         return st.unpermuted(node, x)
+    if isinstance(lay, Items):
+        if isinstance(index, int) and -len(lay) <= index < len(lay):
+            st.env[node] = lay[index]
+        else:
+            st.unknown(node)
+        return
     xs = st.shape(x)
     idx = index if isinstance(index, tuple) else (index,)
-    if any(
+    if xs is None or any(
         isinstance(i, fx.Node) or not isinstance(i, (int, slice, type(None), type(Ellipsis)))
         for i in idx
     ):
         return st.unknown(node, "indexes with a tensor")
+    where = _index_map(xs, idx)
+    if isinstance(lay, HeadLayout):
+        head, within = where.get(lay.head_dim), where.get(lay.dim)
+        if head is None or head[1] != "whole" or within is None or within[1] == "int":
+            return st.unknown(node, "selects or slices attention heads")
+        if within[1] == "partial":
+            attention._head_message(st, node, "slices the dims within heads")
+            st.uf.freeze_within(lay.group)
+            st.env[node] = Layout(head[0], (Seg(lay.heads, lay.n_heads, 1),))
+            return
+        st.env[node] = lay._replace(head_dim=head[0], dim=within[0])
+        return
+    got = where.get(lay.dim)
+    if got is None or got[1] == "int":
+        return st.unknown(node, "selects single channels")
+    if got[1] == "partial":
+        return st.unknown(node, "slices the channel dimension")
+    st.env[node] = Layout(got[0], lay.segs)
+
+
+def _index_map(xs: tuple[int, ...], idx: tuple[Any, ...]) -> dict[int, tuple[int, str]]:
+    """For each input dim of ``x[idx]``: ``(output dim, how)``, ``how`` one of ``whole``,
+    ``partial`` (a slice that is not ``:``) or ``int`` (the dim is selected away)."""
     consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    i_in, i_out, new_dim = 0, 0, None
+    out: dict[int, tuple[int, str]] = {}
+    i_in, i_out = 0, 0
     for item in idx:
         if item is None:
             i_out += 1
         elif item is Ellipsis:
             for _ in range(len(xs) - consumed):
-                if i_in == lay.dim:
-                    new_dim = i_out
+                out[i_in] = (i_out, "whole")
                 i_in += 1
                 i_out += 1
         elif isinstance(item, int):
-            if i_in == lay.dim:
-                return st.unknown(node, "selects single channels")
+            out[i_in] = (-1, "int")
             i_in += 1
         else:
-            if i_in == lay.dim:
-                if (item.start, item.stop, item.step) != (None, None, None):
-                    return st.unknown(node, "slices the channel dimension")
-                new_dim = i_out
+            full = (item.start, item.stop, item.step) == (None, None, None)
+            out[i_in] = (i_out, "whole" if full else "partial")
             i_in += 1
             i_out += 1
-    if new_dim is None:
-        new_dim = lay.dim - i_in + i_out
-    st.env[node] = Layout(new_dim, lay.segs)
+    while i_in < len(xs):
+        out[i_in] = (i_out, "whole")
+        i_in += 1
+        i_out += 1
+    return out
 
 
 # ---- metadata --------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import fx, nn
 
-from . import flow, layers
+from . import attention, flow, layers
 from .state import TraceState
 from .tables import (
     ACTIVATION_MODULES,
@@ -55,6 +55,7 @@ def _table(*groups: tuple[Iterable[Key], Handler]) -> dict[Key, Handler]:
 
 HANDLERS: dict[Key, Handler] = _table(
     # modules, by type
+    ((nn.MultiheadAttention,), attention.multihead_attention_module),
     ((nn.Linear,), layers.linear_module),
     (CONVS, layers.conv_module),
     (CONV_TRANSPOSES, layers.conv_transpose_module),
@@ -84,6 +85,31 @@ HANDLERS: dict[Key, Handler] = _table(
     (("getitem",), flow.getitem),
     (("getattr",), flow.getattr_),
     (METADATA, flow.metadata),
+    (("scaled_dot_product_attention",), attention.sdpa),
+    (("chunk", "split", "unbind"), attention.chunk),
+    (("addmm",), attention.addmm),
+    (("masked_fill", "masked_fill_"), flow.pointwise_op),
+)
+
+# Handlers that follow values split into attention heads or tuples of layouts; any other
+# handler given one leaves what flows in unpermuted.
+HEAD_AWARE: frozenset[Handler] = frozenset(
+    {
+        flow.pointwise_op,
+        flow.pointwise_module,
+        flow.data_first,
+        flow.reshape,
+        flow.permute,
+        flow.transpose,
+        flow.getitem,
+        flow.metadata,
+        flow.getattr_,
+        layers.matmul,
+        attention.sdpa,
+        attention.chunk,
+        attention.multihead_attention_module,
+        attention.addmm,
+    }
 )
 
 
@@ -110,6 +136,9 @@ def handler_for(st: TraceState, node: fx.Node) -> Handler | None:
 def dispatch(st: TraceState, node: fx.Node) -> None:
     """Follow ``node`` with its handler, or leave what flows into it unpermuted."""
     handler = handler_for(st, node)
+    if handler is not None and handler not in HEAD_AWARE:
+        if not all(st.plain(i) for i in st.tensor_inputs(node)):
+            return st.unknown(node, "receives attention heads or a tuple it does not follow")
     if handler is not None:
         handler(st, node)
     elif node.op == "call_module":

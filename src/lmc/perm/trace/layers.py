@@ -89,10 +89,15 @@ def linear_function(st: TraceState, node: fx.Node) -> None:
 
 def matmul(st: TraceState, node: fx.Node) -> None:
     """``x @ W`` / ``torch.matmul(x, W)`` / ``torch.mm``: a dense layer when ``W`` is a 2-D
-    state tensor; a product of two computed values (attention scores) is not understood."""
+    state tensor; a product of two computed values (attention scores, ``attn @ v``) is solved
+    by :func:`.attention.matmul_values`."""
+    from .attention import matmul_values
+
     x, w = node.args[0], node.args[1]
     ws = st.shape(w)
-    if w not in st.leaf or ws is None or len(ws) != 2:
+    if w not in st.leaf and x not in st.leaf:
+        return matmul_values(st, node, x, w)
+    if w not in st.leaf or ws is None or len(ws) != 2 or not st.plain(x):
         return st.unknown(node, "multiplies two computed tensors")
     wname = st.leaf[w]
     linear(st, node, x, wname, None, ws[1], wname, in_axis=0, out_axis=1)

@@ -4,6 +4,11 @@ Each union-find root that is not frozen and has at least two units becomes one p
 named after the layer that opened it (``fc1``, ``stage1.0.conv2``; ``#2``, ``#3`` ... where
 two groups would share a name). Every axis bound to no group, or to frozen ones only, is
 ``None`` in the spec; an axis of a fixed block keeps its segment with ``perm=None``.
+
+A group cut into parts (``chunk`` / ``split``) becomes one segment per part. A group nested in
+attention heads becomes a nested permutation of the spec (``spec.heads``); if its dims within
+each head must stay in place (RoPE), its segment becomes one of the head group with ``repeat``
+``d`` (whole heads move); with one head it is a plain group; with frozen heads it is frozen.
 """
 
 from __future__ import annotations
@@ -52,11 +57,37 @@ def build_result(st: TraceState) -> TraceResult:
     """The spec of every floating state tensor, from the bindings the walk left in ``st``."""
     name_of = _GroupNames(st)
 
+    uf = st.uf
+    heads: dict[str, tuple[str, int]] = {}
+
+    def resolve(s: Seg) -> list[Segment]:
+        if s.group is None:
+            return [Segment(None, s.size, s.repeat)]
+        r = uf.find(s.group)
+        if uf.parts[r] is not None and not uf.frozen[r]:
+            out: list[Segment] = []
+            for c in uf.parts[r]:
+                out.extend(resolve(Seg(c, uf.size[uf.find(c)], s.repeat)))
+            return out
+        nest = uf.nest[r]
+        if nest is None or uf.frozen[r]:
+            return [Segment(name_of(s.group), s.size, s.repeat)]
+        head, n_heads = uf.find(nest[0]), nest[1]
+        if uf.frozen[head]:
+            return [Segment(None, s.size, s.repeat)]
+        if uf.within_frozen[r]:
+            return [Segment(name_of(head), n_heads, s.repeat * (s.size // n_heads))]
+        name = name_of(s.group)
+        head_name = name_of(head)
+        if name is not None and head_name is not None:
+            heads[name] = (head_name, n_heads)
+        return [Segment(name, s.size, s.repeat)]
+
     def entry(segs: tuple[Seg, ...] | None | object) -> list[Segment] | None:
         if segs is UNBOUND or segs is None:
             return None
-        return [Segment(name_of(s.group), s.size, s.repeat) for s in segs]
+        return [r for s in segs for r in resolve(s)]
 
     axes = {name: [entry(segs) for segs in st.bind_map[st.alias[name]]] for name in st.shapes}
-    spec = PermutationSpec(axes, st.shapes)
+    spec = PermutationSpec(axes, st.shapes, heads)
     return TraceResult(spec, st.consumers, st.producers, list(st.messages))

@@ -41,6 +41,33 @@ class Layout(NamedTuple):
     segs: tuple[Seg, ...]
 
 
+class HeadLayout(NamedTuple):
+    """A value split into attention heads: dim ``head_dim`` indexes the ``n_heads`` heads (group
+    ``heads``), dim ``dim`` the ``d`` dims within each head; together they are the ``n_heads * d``
+    flat units of group ``group``, which is nested in ``heads`` (``x.view(..., H, d)``)."""
+
+    head_dim: int
+    dim: int
+    group: int
+    heads: int
+    n_heads: int
+    d: int
+
+    @property
+    def segs(self) -> tuple[Seg, ...]:
+        """Both groups, as segments (what freezing it freezes)."""
+        return (Seg(self.group, self.n_heads * self.d, 1), Seg(self.heads, self.n_heads, 1))
+
+
+class Items(tuple):
+    """The layouts of the items of a tuple value (``chunk``, ``split``, a module's outputs)."""
+
+    @property
+    def segs(self) -> tuple[Seg, ...]:
+        """The segments of every item (what freezing it freezes)."""
+        return tuple(s for item in self if item is not None for s in item.segs)
+
+
 UNBOUND = object()  # an axis of a state tensor no op has spoken about yet
 
 
@@ -52,6 +79,12 @@ class UnionFind:
         self.size: list[int] = []
         self.frozen: list[bool] = []
         self.name: list[str] = []
+        # attention heads: a nested group's (head group, number of heads); whether its dims
+        # within each head must stay in place (heads still move as blocks)
+        self.nest: list[tuple[int, int] | None] = []
+        self.within_frozen: list[bool] = []
+        # a group cut into consecutive parts (``chunk`` / ``split``): the parts' ids
+        self.parts: list[tuple[int, ...] | None] = []
 
     def new(self, size: int, name: str) -> int:
         """A new group of ``size`` units, labelled ``name``; returns its id."""
@@ -59,6 +92,9 @@ class UnionFind:
         self.size.append(size)
         self.frozen.append(False)
         self.name.append(name)
+        self.nest.append(None)
+        self.within_frozen.append(False)
+        self.parts.append(None)
         return len(self.parent) - 1
 
     def find(self, i: int) -> int:
@@ -76,14 +112,87 @@ class UnionFind:
         lo, hi = min(ri, rj), max(ri, rj)
         self.parent[hi] = lo
         self.frozen[lo] = self.frozen[lo] or self.frozen[hi]
+        self.within_frozen[lo] = self.within_frozen[lo] or self.within_frozen[hi]
+        nest_lo, nest_hi = self.nest[lo], self.nest[hi]
+        parts_lo, parts_hi = self.parts[lo], self.parts[hi]
+        self.nest[lo] = nest_lo or nest_hi
+        self.parts[lo] = parts_lo or parts_hi
+        if nest_lo and nest_hi:
+            if nest_lo[1] == nest_hi[1]:
+                self.union(nest_lo[0], nest_hi[0])
+            else:
+                self.freeze(lo)
+        if parts_lo and parts_hi:
+            sizes_lo = [self.size[self.find(c)] for c in parts_lo]
+            if sizes_lo == [self.size[self.find(c)] for c in parts_hi]:
+                for a, b in zip(parts_lo, parts_hi):
+                    self.union(a, b)
+            else:
+                self.freeze(lo)
+        if self.nest[lo] and self.parts[lo]:
+            self.freeze(lo)  # heads of a group cut into parts: not followed
+        if self.frozen[lo]:
+            self.freeze(lo)  # propagate to parts and heads
 
     def freeze(self, i: int) -> None:
-        """Group ``i`` (and whatever it is or will be merged with) stays unpermuted."""
-        self.frozen[self.find(i)] = True
+        """Group ``i`` (and whatever it is or will be merged with) stays unpermuted; so do its
+        parts and, for a nested group, its heads."""
+        r = self.find(i)
+        self.frozen[r] = True
+        for c in self.parts[r] or ():
+            if not self.is_frozen(c):
+                self.freeze(c)
+        nest = self.nest[r]
+        if nest is not None and not self.is_frozen(nest[0]):
+            self.freeze(nest[0])
+
+    def freeze_within(self, i: int) -> None:
+        """The dims within each head of nested group ``i`` stay in place (heads may move); a
+        group that is not nested is frozen."""
+        r = self.find(i)
+        if self.nest[r] is None:
+            self.freeze(r)
+        else:
+            self.within_frozen[r] = True
 
     def is_frozen(self, i: int) -> bool:
         """Whether group ``i`` stays unpermuted."""
         return self.frozen[self.find(i)]
+
+    def nest_in(self, i: int, n_heads: int, label: str) -> int | None:
+        """Nest group ``i`` in heads of ``size / n_heads`` dims: its head group's id (a new one
+        unless ``i`` is nested already), or ``None`` (and ``i`` frozen) where that cannot be."""
+        r = self.find(i)
+        if self.frozen[r] or self.parts[r] or n_heads < 1 or self.size[r] % n_heads:
+            self.freeze(r)
+            return None
+        if self.nest[r] is not None:
+            if self.nest[r][1] != n_heads:
+                self.freeze(r)
+                return None
+            return self.find(self.nest[r][0])
+        head = self.new(n_heads, label)
+        self.nest[r] = (head, n_heads)
+        return head
+
+    def split(self, i: int, sizes: list[int], label: str) -> tuple[int, ...] | None:
+        """Cut group ``i`` into consecutive parts of ``sizes`` units: the parts' ids (the
+        existing ones if it was cut so before), or ``None`` (and ``i`` frozen)."""
+        r = self.find(i)
+        if self.parts[r] is not None:
+            old = [self.size[self.find(c)] for c in self.parts[r]]
+            if old == sizes:
+                return self.parts[r]
+            self.freeze(r)
+            return None
+        if self.nest[r] is not None or sum(sizes) != self.size[r]:
+            self.freeze(r)
+            return None
+        parts = tuple(self.new(n, f"{label}.{k}") for k, n in enumerate(sizes))
+        self.parts[r] = parts
+        if self.frozen[r]:
+            self.freeze(r)
+        return parts
 
 
 @dataclass(frozen=True)
@@ -123,6 +232,9 @@ class TraceState:
         self.uf = UnionFind()
         self.env: dict[fx.Node, Layout | None] = {}
         self.leaf: dict[fx.Node, str] = {}
+        # views of a state tensor of the same rank (``self.cls.expand(B, -1, -1)``,
+        # ``self.pos[:, :T]``): an elementwise op may bind the axes they keep whole
+        self.leaf_view: dict[fx.Node, str] = {}
         self.messages: list[str] = []
         self.consumers: list[LayerRecord] = []
         self.producers: list[LayerRecord] = []
@@ -139,9 +251,26 @@ class TraceState:
         meta = node.meta.get("tensor_meta")
         return tuple(meta.shape) if isinstance(meta, TensorMetadata) else None
 
-    def layout(self, node: Any) -> Layout | None:
-        """The layout of a node's value (``None`` for constants and unpermuted values)."""
-        return self.env.get(node) if isinstance(node, fx.Node) else None
+    def layout(self, node: Any) -> Any:
+        """The layout of a node's value (``None`` for constants and unpermuted values): a
+        :class:`Layout`, a :class:`HeadLayout` (one whose within-head dims must stay in place is
+        returned as the plain layout of its heads) or :class:`Items` of a tuple."""
+        lay = self.env.get(node) if isinstance(node, fx.Node) else None
+        if isinstance(lay, HeadLayout):
+            if self.uf.is_frozen(lay.group) or self.uf.is_frozen(lay.heads):
+                return None if self.uf.is_frozen(lay.heads) else self._heads_only(lay)
+            if self.uf.within_frozen[self.uf.find(lay.group)]:
+                return self._heads_only(lay)
+        return lay
+
+    @staticmethod
+    def _heads_only(lay: HeadLayout) -> Layout:
+        return Layout(lay.head_dim, (Seg(lay.heads, lay.n_heads, 1),))
+
+    def plain(self, node: Any) -> bool:
+        """Whether the node's layout is ``None`` or a plain :class:`Layout`."""
+        lay = self.layout(node)
+        return lay is None or type(lay) is Layout
 
     @staticmethod
     def arg(node: fx.Node, index: int, key: str, default: Any = None) -> Any:
@@ -231,6 +360,8 @@ class TraceState:
         """If ``node`` reads a state tensor, that tensor is fixed."""
         if isinstance(node, fx.Node) and node in self.leaf:
             self.fix(self.leaf[node])
+        elif isinstance(node, fx.Node) and node in self.leaf_view:
+            self.fix(self.leaf_view[node])
 
     # ---- results of ops ------------------------------------------------------------------------
     def unpermuted(self, node: fx.Node, x: Any) -> None:

@@ -1,0 +1,442 @@
+"""Handlers for attention: heads, products of computed tensors, fused projections cut apart.
+
+- A reshape that cuts a unit dim of ``H * d`` units into ``(H, d)`` (``q.view(B, T, H, d)``)
+  *splits into heads*: the value gets a :class:`HeadLayout` and its group is nested in a head
+  group of ``H`` units (a new one, or the one it already has). Transposes, permutes, indexing
+  that keeps both dims whole and elementwise ops carry it; the reverse reshape
+  (``.transpose(1, 2).reshape(B, T, H * d)``) merges it back into a plain layout.
+- A product of computed tensors (``q @ k.transpose(-2, -1)``, ``attn @ v``,
+  ``F.scaled_dot_product_attention``) is solved like an einsum: every output dim and every
+  contracted dim is a *slot*; what the operands carry in one slot must be one group (united),
+  and a group that meets a fixed operand of full size in a slot is frozen. So q and k share
+  their within-head dims, the scores carry the head group, and ``attn @ v`` gives v's dims,
+  still split into heads.
+- A position-dependent map on the dims within heads (rotary embeddings: ``q * cos``, slices
+  of the head dims) leaves those dims in place, with a warning; whole heads still move.
+- ``chunk`` / ``split`` along the units cut a group into parts (a fused qkv projection).
+- ``nn.MultiheadAttention`` is followed as a whole: q/k and v/out-projection dims nested in
+  its heads, ``in_proj_weight`` (or ``q/k/v_proj_weight``) reading its inputs.
+- ``torch.addmm(b, x, W)`` (Hugging Face's ``Conv1D``) is a dense layer ``x @ W + b``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torch import fx
+from torch.fx.passes.shape_prop import TensorMetadata
+
+from .state import HeadLayout, Items, LayerRecord, Layout, Seg, TraceState
+
+
+def _head_message(st: TraceState, node: fx.Node, why: str) -> None:
+    t = node.target
+    target = t if isinstance(t, str) else getattr(t, "__name__", repr(t))
+    st.messages.append(
+        f"lmc.perm: node {node.name!r} ({node.op} {target}) {why}; the dims within each "
+        "attention head stay unpermuted there (whole heads still move)"
+    )
+
+
+def _freeze_layout(st: TraceState, lay: Any) -> None:
+    if lay is not None:
+        st.freeze_segs(lay.segs)
+
+
+# ---- reshapes ----------------------------------------------------------------------------------
+def _survives(xs: tuple[int, ...], out: tuple[int, ...], k: int) -> int | None:
+    """The output dim that is input dim ``k`` unchanged (same size, same prefix product)."""
+    prefix = math.prod(xs[:k])
+    for e in range(len(out)):
+        if out[e] == xs[k] and math.prod(out[:e]) == prefix and (xs[k] != 1 or e == k):
+            return e
+    return None
+
+
+def split_heads(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
+    """``(..., H * d, ...) -> (..., H, d, ...)``: a plain one-group dim cut into heads."""
+    xs, out = st.shape(x), st.shape(node)
+    if xs is None or out is None or len(lay.segs) != 1:
+        return False
+    seg = lay.segs[0]
+    if seg.group is None or seg.repeat != 1:
+        return False
+    prefix, suffix = math.prod(xs[: lay.dim]), math.prod(xs[lay.dim + 1 :])
+    for e in range(len(out) - 1):
+        h, d = out[e], out[e + 1]
+        if (
+            h > 1
+            and h * d == xs[lay.dim]
+            and math.prod(out[:e]) == prefix
+            and math.prod(out[e + 2 :]) == suffix
+        ):
+            label = f"{st.uf.name[st.uf.find(seg.group)]}.heads"
+            head = st.uf.nest_in(seg.group, h, label)
+            if head is None:
+                return False
+            st.env[node] = HeadLayout(e, e + 1, seg.group, head, h, d)
+            return True
+    return False
+
+
+def reshape_heads(st: TraceState, node: fx.Node, x: Any, lay: HeadLayout) -> None:
+    """A reshape of a value split into heads: merge them back, or keep both dims whole."""
+    xs, out = st.shape(x), st.shape(node)
+    if lay.dim == lay.head_dim + 1:
+        prefix, suffix = math.prod(xs[: lay.head_dim]), math.prod(xs[lay.dim + 1 :])
+        for e in range(len(out)):
+            if (
+                out[e] == lay.n_heads * lay.d
+                and math.prod(out[:e]) == prefix
+                and math.prod(out[e + 1 :]) == suffix
+            ):
+                st.env[node] = Layout(e, (Seg(lay.group, lay.n_heads * lay.d, 1),))
+                return
+    eh, ew = _survives(xs, out, lay.head_dim), _survives(xs, out, lay.dim)
+    if eh is not None and ew is not None and eh != ew:
+        st.env[node] = lay._replace(head_dim=eh, dim=ew)
+        return
+    st.unknown(node, "reshapes the channel dimension into pieces (attention heads not followed)")
+
+
+# ---- elementwise ops on heads ------------------------------------------------------------------
+def pointwise_heads(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
+    """An elementwise op with an operand split into heads (see the module docstring)."""
+    out = st.shape(node)
+    operands = [o for o in operands if st.shape(o) is not None]
+    nd = len(out)
+    heads: list[HeadLayout] = []
+    plains: list[tuple[int, tuple[Seg, ...]]] = []
+    fixed: list[Any] = []
+    for op in operands:
+        lay, shift = st.layout(op), nd - len(st.shape(op))
+        if isinstance(lay, HeadLayout):
+            heads.append(lay._replace(head_dim=lay.head_dim + shift, dim=lay.dim + shift))
+        elif isinstance(lay, Layout):
+            plains.append((lay.dim + shift, lay.segs))
+        else:
+            fixed.append(op)
+    first = heads[0]
+    hd, wd = first.head_dim, first.dim
+
+    def give_up(why: str) -> None:
+        for h in heads:
+            st.freeze_segs(h.segs)
+        for _, segs in plains:
+            st.freeze_segs(segs)
+        for op in fixed:
+            st.fix_leaf(op)
+        st.warn(node, why)
+        st.env[node] = None
+
+    if any((h.head_dim, h.dim) != (hd, wd) for h in heads) or out[hd] != first.n_heads:
+        return give_up("combines attention heads laid out differently")
+    within_ok = True
+    for dim, segs in plains:
+        if dim != hd or sum(s.extent for s in segs) != first.n_heads:
+            return give_up("combines attention heads with other permuted units")
+        within_ok = False  # heads-only: no order within heads to follow
+    for op in fixed:
+        shp = st.shape(op)
+        kh, kw = hd - (nd - len(shp)), wd - (nd - len(shp))
+        if kh >= 0 and shp[kh] > 1:
+            return give_up("combines attention heads with a fixed tensor")
+        if kw >= 0 and shp[kw] > 1:
+            if within_ok and st.live_groups((Seg(first.group, 1, 1),)):
+                _head_message(st, node, "applies a position-dependent map to the head dims")
+            within_ok = False
+        st.fix_leaf(op)
+    head_segs = (Seg(first.heads, first.n_heads, 1),)
+    for h in heads[1:]:
+        st.uf.union(first.group, h.group)
+        st.uf.union(first.heads, h.heads)
+    for _, segs in plains:
+        st.unify(head_segs, segs)
+    if not within_ok:
+        st.uf.freeze_within(first.group)
+        st.env[node] = Layout(hd, head_segs)
+    else:
+        st.env[node] = first
+
+
+# ---- products of computed tensors --------------------------------------------------------------
+def _carriers(st: TraceState, value: Any, roles: list[Any], slots: dict[Any, list]) -> None:
+    """Add what each dim of ``value`` carries to its slot (``roles[k]``: the slot of dim ``k``)."""
+    shape, lay = st.shape(value), st.layout(value)
+    for k, role in enumerate(roles):
+        if isinstance(lay, HeadLayout) and k == lay.head_dim:
+            slots[role].append(("segs", (Seg(lay.heads, lay.n_heads, 1),)))
+        elif isinstance(lay, HeadLayout) and k == lay.dim:
+            slots[role].append(("within", lay))
+        elif isinstance(lay, Layout) and k == lay.dim:
+            slots[role].append(("segs", lay.segs))
+        elif shape[k] > 1:
+            slots[role].append(("fixed", None))
+
+
+def _solve(st: TraceState, node: fx.Node, operands: list[tuple[Any, list[Any]]]) -> None:
+    """Unite what each slot carries; give ``node`` the layout of its output slots."""
+    out = st.shape(node)
+    slots: dict[Any, list] = {}
+    for _, roles in operands:
+        for r in roles:
+            slots.setdefault(r, [])
+    for value, roles in operands:
+        _carriers(st, value, roles, slots)
+    carried: dict[Any, tuple[str, Any]] = {}
+    for slot, items in slots.items():
+        kinds = {kind for kind, _ in items}
+        live = [(kind, c) for kind, c in items if kind != "fixed"]
+        if not live:
+            continue
+        if "fixed" in kinds or ("within" in kinds and "segs" in kinds):
+            for kind, c in live:
+                if kind == "within":
+                    if st.live_groups((Seg(c.group, 1, 1),)):
+                        _head_message(st, node, "multiplies the head dims with a fixed tensor")
+                    st.uf.freeze_within(c.group)
+                else:
+                    if st.live_groups(c):
+                        st.warn(node, "multiplies permuted units with a fixed tensor")
+                    st.freeze_segs(c)
+            continue
+        kind, first = live[0]
+        for _, c in live[1:]:
+            if kind == "within":
+                st.uf.union(first.group, c.group)
+            else:
+                st.unify(first, c)
+        carried[slot] = (kind, first)
+    outputs = {s: v for s, v in carried.items() if isinstance(s, int)}
+    within = [(s, c) for s, (k, c) in outputs.items() if k == "within"]
+    plain = [(s, c) for s, (k, c) in outputs.items() if k == "segs"]
+    within = [(s, c) for s, c in within if not st.uf.within_frozen[st.uf.find(c.group)]]
+    if len(within) == 1 and len(plain) == 1:
+        (ws, w), (hs, segs) = within[0], plain[0]
+        if (
+            len(segs) == 1
+            and segs[0].group is not None
+            and st.uf.find(segs[0].group) == st.uf.find(w.heads)
+        ):
+            st.env[node] = HeadLayout(
+                hs % len(out), ws % len(out), w.group, w.heads, w.n_heads, w.d
+            )
+            return
+    if not within and len(plain) == 1:
+        s, segs = plain[0]
+        if out[s % len(out)] == sum(x.extent for x in segs):
+            st.env[node] = Layout(s % len(out), segs)
+            return
+    if not within and not plain:
+        st.env[node] = None
+        return
+    for _, c in within:
+        st.freeze_segs(c.segs)
+    for _, c in plain:
+        st.freeze_segs(c)
+    st.warn(node, "gives a product whose units are laid out in a way not followed")
+    st.env[node] = None
+
+
+def matmul_values(st: TraceState, node: fx.Node, x: Any, y: Any) -> None:
+    """``x @ y`` of two computed tensors (at least 2-D each)."""
+    xs, ys, out = st.shape(x), st.shape(y), st.shape(node)
+    if xs is None or ys is None or out is None or len(xs) < 2 or len(ys) < 2:
+        return st.unknown(node, "multiplies two computed tensors")
+    nd = len(out)
+    rx = [nd - 2 - (len(xs) - 2) + k for k in range(len(xs) - 2)] + [nd - 2, "k"]
+    ry = [nd - 2 - (len(ys) - 2) + k for k in range(len(ys) - 2)] + ["k", nd - 1]
+    _solve(st, node, [(x, rx), (y, ry)])
+
+
+def sdpa(st: TraceState, node: fx.Node) -> None:
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask, ...)``: softmax(q kᵀ) v."""
+    q, k, v = (st.arg(node, i, key) for i, key in enumerate(("query", "key", "value")))
+    mask = st.arg(node, 3, "attn_mask")
+    if node.kwargs.get("enable_gqa"):
+        return st.unknown(node, "groups query heads over shared key/value heads")
+    out = st.shape(node)
+    shapes = [st.shape(t) for t in (q, k, v)]
+    if out is None or any(s is None or len(s) < 2 for s in shapes):
+        return st.unknown(node)
+    nd = len(out)
+
+    def batch(shape: tuple[int, ...], tail: list[Any]) -> list[Any]:
+        nb = len(shape) - 2
+        return [nd - 2 - nb + j for j in range(nb)] + tail
+
+    operands = [
+        (q, batch(shapes[0], [nd - 2, "qk"])),
+        (k, batch(shapes[1], ["s", "qk"])),
+        (v, batch(shapes[2], ["s", nd - 1])),
+    ]
+    if isinstance(mask, fx.Node) and st.shape(mask) is not None:
+        ms = st.shape(mask)
+        if len(ms) >= 2:
+            operands.append((mask, batch(ms, [nd - 2, "s"])))
+        st.fix_leaf(mask)
+    _solve(st, node, operands)
+
+
+# ---- cutting the units -------------------------------------------------------------------------
+def _piece_sizes(st: TraceState, node: fx.Node, dim: int) -> list[int] | None:
+    meta = node.meta.get("tensor_meta")
+    if not isinstance(meta, (tuple, list)) or not all(isinstance(m, TensorMetadata) for m in meta):
+        return None
+    return [int(m.shape[dim]) for m in meta]
+
+
+def _cut(st: TraceState, segs: tuple[Seg, ...], bounds: list[int]) -> list[tuple[Seg, ...]] | None:
+    """Re-tile ``segs`` into pieces ending at ``bounds`` (cumulative), cutting groups into
+    parts where a piece ends inside a segment; ``None`` where a unit would be cut apart."""
+    pieces: list[list[Seg]] = [[] for _ in bounds]
+    offset = 0
+    starts = [0, *bounds[:-1]]
+    for seg in segs:
+        lo, hi = offset, offset + seg.extent
+        cuts = sorted({b for b in bounds if lo < b < hi})
+        if any((c - lo) % seg.repeat for c in cuts):
+            return None
+        edges = [lo, *cuts, hi]
+        units = [(b - a) // seg.repeat for a, b in zip(edges, edges[1:])]
+        if seg.group is None or len(units) == 1:
+            groups = [seg.group] * len(units)
+        else:
+            parts = st.uf.split(seg.group, units, st.uf.name[st.uf.find(seg.group)])
+            if parts is None:
+                return None
+            groups = list(parts)
+        for (a, _), n, g in zip(zip(edges, edges[1:]), units, groups):
+            piece = max(i for i, s in enumerate(starts) if s <= a)
+            pieces[piece].append(Seg(g, n, seg.repeat))
+        offset = hi
+    return [tuple(p) for p in pieces]
+
+
+def chunk(st: TraceState, node: fx.Node) -> None:
+    """``chunk`` / ``split`` (a tuple of pieces along ``dim``) and ``unbind``."""
+    x = node.args[0]
+    lay, xs = st.layout(x), st.shape(x)
+    name = node.target if isinstance(node.target, str) else node.target.__name__
+    dim = st.arg(node, 1 if name == "unbind" else 2, "dim", 0)
+    if xs is None or not isinstance(dim, int):
+        return st.unknown(node)
+    dim %= len(xs)
+    if lay is None:
+        return st.unpermuted(node, x)
+    sizes = None if name == "unbind" else _piece_sizes(st, node, dim)
+    if name != "unbind" and sizes is None:
+        return st.unknown(node)
+    count = xs[dim] if name == "unbind" else len(sizes)
+    shift = (lambda k: k - (k > dim)) if name == "unbind" else (lambda k: k)
+    if isinstance(lay, HeadLayout):
+        if dim == lay.head_dim or (dim == lay.dim and name == "unbind"):
+            return st.unknown(node, "cuts attention heads apart")
+        if dim == lay.dim:
+            _head_message(st, node, "cuts the dims within heads apart")
+            st.uf.freeze_within(lay.group)
+            item = Layout(lay.head_dim, (Seg(lay.heads, lay.n_heads, 1),))
+            st.env[node] = Items([item] * count)
+            return
+        item = lay._replace(head_dim=shift(lay.head_dim), dim=shift(lay.dim))
+        st.env[node] = Items([item] * count)
+        return
+    if not isinstance(lay, Layout):
+        return st.unknown(node)
+    if dim != lay.dim:
+        st.env[node] = Items([Layout(shift(lay.dim), lay.segs)] * count)
+        return
+    if name == "unbind":
+        return st.unknown(node, "selects single channels")
+    bounds = [sum(sizes[: i + 1]) for i in range(len(sizes))]
+    pieces = _cut(st, lay.segs, bounds)
+    if pieces is None:
+        return st.unknown(node, "cuts channels apart")
+    st.env[node] = Items([Layout(dim, p) if p else None for p in pieces])
+
+
+# ---- layers ------------------------------------------------------------------------------------
+def _input_segs(st: TraceState, x: Any) -> tuple[Seg, ...] | None:
+    """The segments of a value read by a dense layer over its last dim (else frozen: None)."""
+    lay, xs = st.layout(x), st.shape(x)
+    if isinstance(lay, Layout) and xs is not None and lay.dim == len(xs) - 1:
+        return lay.segs
+    _freeze_layout(st, lay)
+    return None
+
+
+def multihead_attention_module(st: TraceState, node: fx.Node) -> None:
+    """``nn.MultiheadAttention(query, key, value, ...)``, self- or cross-attention, batch first
+    or not, fused ``in_proj_weight`` or separate ``q/k/v_proj_weight``, optional bias and
+    ``bias_k`` / ``bias_v``. A 3-D (per-head) ``attn_mask`` keeps the heads in place."""
+    mod = st.module(node)
+    name = str(node.target)
+    query, key, value = (st.arg(node, i, k) for i, k in enumerate(("query", "key", "value")))
+    e, h = mod.embed_dim, mod.num_heads
+    qk = st.uf.new(e, f"{name}.qk")
+    vo = st.uf.new(e, f"{name}.vo")
+    heads = st.uf.nest_in(qk, h, f"{name}.heads")
+    st.uf.nest[st.uf.find(vo)] = (heads, h)
+    s_qk, s_vo = (Seg(qk, e, 1),), (Seg(vo, e, 1),)
+    ins = [_input_segs(st, t) for t in (query, key, value)]
+    if mod._qkv_same_embed_dim:
+        w = f"{name}.in_proj_weight"
+        st.bind(w, 0, s_qk + s_qk + s_vo)
+        for segs in ins:
+            st.bind(w, 1, segs)
+        if isinstance(query, fx.Node) and st.shape(query) is not None:
+            st.consumers.append(LayerRecord(w, 1, query.name, len(st.shape(query)) - 1))
+    else:
+        for t, proj, segs, out in zip((query, key, value), "qkv", ins, (s_qk, s_qk, s_vo)):
+            w = f"{name}.{proj}_proj_weight"
+            st.bind(w, 0, out)
+            st.bind(w, 1, segs)
+            if isinstance(t, fx.Node) and st.shape(t) is not None:
+                st.consumers.append(LayerRecord(w, 1, t.name, len(st.shape(t)) - 1))
+    if mod.in_proj_bias is not None:
+        st.bind(f"{name}.in_proj_bias", 0, s_qk + s_qk + s_vo)
+    for b, segs in (("bias_k", s_qk), ("bias_v", s_vo)):
+        if getattr(mod, b) is not None:
+            st.bind(f"{name}.{b}", 0, None)
+            st.bind(f"{name}.{b}", 1, None)
+            st.bind(f"{name}.{b}", 2, segs)
+    st.bind(f"{name}.out_proj.weight", 1, s_vo)
+    out_segs = st.open_group(f"{name}.out_proj.weight", 0, e, f"{name}.out_proj")
+    if mod.out_proj.bias is not None:
+        st.bind(f"{name}.out_proj.bias", 0, out_segs)
+    mask = st.arg(node, 5, "attn_mask")
+    if isinstance(mask, fx.Node):
+        ms = st.shape(mask)
+        if (
+            ms is not None
+            and len(ms) == 3
+            and heads is not None
+            and st.live_groups((Seg(heads, h, 1),))
+        ):
+            st.warn(node, "has a per-head attention mask (heads keep their order)")
+            st.uf.freeze(heads)
+        st.fix_leaf(mask)
+    meta = node.meta.get("tensor_meta")
+    outs = meta if isinstance(meta, (tuple, list)) else ()
+    first = outs[0] if outs and isinstance(outs[0], TensorMetadata) else None
+    out_lay = Layout(len(first.shape) - 1, out_segs) if first is not None and out_segs else None
+    weights = None
+    second = outs[1] if len(outs) > 1 and isinstance(outs[1], TensorMetadata) else None
+    if second is not None and first is not None and len(second.shape) == len(first.shape) + 1:
+        if heads is not None:  # per-head weights (average_attn_weights=False)
+            weights = Layout(len(second.shape) - 3, (Seg(heads, h, 1),))
+    st.env[node] = Items([out_lay, weights])
+
+
+def addmm(st: TraceState, node: fx.Node) -> None:
+    """``torch.addmm(bias, x, W)`` with state tensors ``bias`` and ``W``: ``x @ W + bias``."""
+    from .layers import linear
+
+    b, x, w = node.args[0], node.args[1], node.args[2]
+    if w not in st.leaf or b not in st.leaf or node.kwargs or len(node.args) > 3:
+        return st.unknown(node, "uses a computed weight")
+    if not st.plain(x):
+        return st.unknown(node)
+    wname = st.leaf[w]
+    linear(st, node, x, wname, st.leaf[b], st.shapes[wname][1], wname, in_axis=0, out_axis=1)
