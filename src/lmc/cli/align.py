@@ -11,13 +11,20 @@ The aligned B is written as a new run (kind "aligned") whose config names both s
 and every setting that changes the result; the permutation is saved beside it as
 perm.safetensors (index tensors: new unit i = old unit p[i]) with a perm.json summary. An
 identical aligned run is reused. The new run folder is the last line on stdout.
+
+Your own model: with --model-factory module:callable (or path/file.py:callable, or
+--hf-model FOLDER) and --data, RUN_A and RUN_B are weight files; the aligned B is written to
+--out FILE.safetensors (the last line on stdout) with FILE.perm.safetensors and FILE.perm.json
+beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +35,7 @@ from lmc.store import RunStore, load_run, write_json
 from .common import (
     add_data_options,
     add_device_option,
+    add_model_options,
     add_output_options,
     add_runs_dir_option,
     check_same_data,
@@ -35,6 +43,8 @@ from .common import (
     device_from,
     emit_json,
     jsonable,
+    load_inputs,
+    uses_own_model,
 )
 
 METHODS = ("weight", "activation", "ste", "random")
@@ -42,9 +52,20 @@ STATISTICS = ("correlation", "covariance")
 PERM_FILE = "perm.safetensors"
 SUMMARY_FILE = "perm.json"
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", metavar="RUN_A", help="run folder of model A (the reference)")
-    parser.add_argument("run_b", metavar="RUN_B", help="run folder of model B (gets permuted)")
+    parser.add_argument(
+        "run_a",
+        metavar="RUN_A",
+        help="run folder of model A (the reference); with --model-factory/--hf-model: A's "
+        "weight file",
+    )
+    parser.add_argument(
+        "run_b",
+        metavar="RUN_B",
+        help="run folder of model B (gets permuted); with --model-factory/--hf-model: B's "
+        "weight file",
+    )
     parser.add_argument(
         "--method",
         default="weight",
@@ -93,6 +114,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="training examples held out to pick the best permutation "
         "(unset: min(1024, 20%% of the training set))",
+    )
+    add_model_options(parser)
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE.safetensors",
+        help="with --model-factory/--hf-model (required there): where the aligned B's weights "
+        "go; the permutation goes beside it as FILE.perm.safetensors and FILE.perm.json",
     )
     add_runs_dir_option(parser)
     add_data_options(parser)
@@ -168,6 +197,16 @@ def run(args: argparse.Namespace) -> int:
     if args.method not in METHODS:
         raise LmcError(f"unknown --method {args.method!r}: choose one of {', '.join(METHODS)}")
     settings = _settings(args)
+    if uses_own_model(args):
+        return _run_own_model(args, settings)
+    if args.out is not None:
+        raise LmcError(
+            "--out is for --model-factory/--hf-model; an aligned run goes into the run store"
+        )
+    if args.data is not None:
+        raise LmcError(
+            "--data is for --model-factory/--hf-model; runs use the dataset they were trained on"
+        )
     run_a, run_b = load_run(args.run_a), load_run(args.run_b)
     check_same_data(run_a, run_b, "alignment")
     config = {
@@ -262,15 +301,106 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_record(record: dict[str, Any], path) -> dict[str, Any]:
-    keys = (
-        "method",
-        "seed",
-        "objective_before",
-        "objective_after",
-        "moved_fraction",
-        "seconds",
-        "reference",
-        "source",
+def _perm_paths(out: Path) -> tuple[Path, Path]:
+    """Where the permutation of an aligned weight file goes: beside it, FILE.perm.*."""
+    stem = out.with_suffix("")
+    return Path(f"{stem}.perm.safetensors"), Path(f"{stem}.perm.json")
+
+
+def _summary(record: dict[str, Any], spec) -> dict[str, Any]:
+    return {
+        **record,
+        "groups": {
+            g: {
+                "size": n,
+                "moved_fraction": record["moved_fraction"][g],
+                "members": [f"{name}[{axis}]" for name, axis in spec.groups[g]],
+            }
+            for g, n in spec.group_sizes.items()
+        },
+        "convention": "new unit i of B is old unit perm[group][i]",
+    }
+
+
+def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    """Align two weight files of the user's model; write the aligned B as a weight file."""
+    from lmc.models.factory import export_state
+    from lmc.perm import align
+    from lmc.store import save_tensors
+
+    if args.out is None or Path(args.out).suffix.lower() != ".safetensors":
+        raise LmcError(
+            "--out FILE.safetensors is needed with --model-factory/--hf-model: the aligned B "
+            f"is written as a weight file (got {args.out!r})"
+        )
+    out = Path(args.out)
+    if out.resolve() in (Path(args.run_a).resolve(), Path(args.run_b).resolve()):
+        raise LmcError(f"--out {out} would overwrite an input weight file; choose another name")
+    pair = load_inputs(args, "alignment")
+    data = pair.data
+    labels = None
+    if args.method in ("activation", "ste"):
+        inputs, labels = data.x_train, data.y_train
+        if args.method == "activation" and settings["max_examples"]:
+            inputs = inputs[: settings["max_examples"]]
+    else:
+        inputs = data.x_train[:2]
+    start = time.perf_counter()
+    result = align(
+        args.method,
+        pair.model_a,
+        pair.model_b,
+        inputs=inputs,
+        labels=labels,
+        seed=args.seed,
+        quiet=args.quiet or args.json,
+        **settings,
     )
-    return {"run_dir": str(path), **{k: record[k] for k in keys}}
+    info = jsonable(result.info)
+    record = {
+        "method": args.method,
+        "seed": args.seed,
+        "reference": str(args.run_a),
+        "source": str(args.run_b),
+        "objective_before": info["objective_before"],
+        "objective_after": info["objective_after"],
+        "moved_fraction": info["moved_fraction"],
+        "seconds": info["seconds"],
+    }
+    perm_file, summary_file = _perm_paths(out)
+    if out.parent != Path(""):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    summary = {
+        **_summary(record, result.spec),
+        "settings": settings,
+        **{k: v for k, v in pair.meta.items() if k not in ("weights_a", "weights_b")},
+        "environment": environment_info(device_from(args)),
+        "wall_seconds": time.perf_counter() - start,
+    }
+    save_tensors(out, export_state(pair.model_b, result.state_dict))
+    save_tensors(perm_file, dict(result.perm))
+    write_json(summary_file, summary)
+    if args.json:
+        keys = [k for k in _JSON_KEYS if k != "run_dir"]
+        emit_json({"out": str(out), "perm": str(perm_file), **{k: record[k] for k in keys}})
+        return 0
+    _print_table(record, result.spec.group_sizes)
+    print(f"wrote {perm_file} and {summary_file}", file=sys.stderr)
+    print(out)
+    return 0
+
+
+_JSON_KEYS = (
+    "method",
+    "seed",
+    "objective_before",
+    "objective_after",
+    "moved_fraction",
+    "seconds",
+    "reference",
+    "source",
+)
+
+
+def _json_record(record: dict[str, Any], path) -> dict[str, Any]:
+    return {"run_dir": str(path), **{k: record[k] for k in _JSON_KEYS}}

@@ -8,6 +8,8 @@ spectral low-rank summaries, and the logits' norms against LEWC's prediction. St
 streamed over the split; definitions in docs/science.md ("Layerwise connectivity"). The work
 is done by lmc.pair (the same code as a sweep's merge job). With --out, writes layers.csv,
 summary.json, units.safetensors and figures (cosines.png, moments.png, spectra.png).
+With --model-factory (or --hf-model) and --data, RUN_A and RUN_B are weight files of your own
+model.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .common import (
     add_pair_arguments,
     add_runs_dir_option,
     emit_json,
-    load_pair,
+    load_inputs,
     parse_float_list,
 )
 
@@ -88,16 +90,10 @@ def run(args: argparse.Namespace) -> int:
     from lmc.pair import run_pair, summary, write_pair
 
     settings = settings_from_args(args)
-    run_a, run_b, model_a, model_b, data = load_pair(args, "the analysis")
+    pair = load_inputs(args, "the analysis")
+    model_a, model_b, data = pair.model_a, pair.model_b, pair.data
     result = run_pair(model_a, model_b, data, settings, quiet=args.quiet)
-    meta = {
-        "run_a": str(run_a.path),
-        "run_b": str(run_b.path),
-        "model": run_a.config["model"],
-        "model_options": run_a.config["model_options"],
-        "dataset": run_a.config["dataset"],
-        "environment": environment_info(module_device(model_a)),
-    }
+    meta = {**pair.meta, "environment": environment_info(module_device(model_a))}
     data_summary = summary(result)
     data_summary["settings"].update(jsonable(meta))
     written = write_pair(result, args.out, data_summary) if args.out else []
@@ -107,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     analysis = result.analysis
     aligned = f" (aligned by {args.align})" if args.align != "none" else ""
     print(
-        f"A = {run_a.name}\nB = {run_b.name}{aligned}"
-        f"\n{analysis.settings['n_examples']} {args.split} examples of {run_a.config['dataset']}; "
+        f"A = {pair.name_a}\nB = {pair.name_b}{aligned}"
+        f"\n{analysis.settings['n_examples']} {args.split} examples of {pair.dataset}; "
         f"biases: {'yes' if analysis.settings['has_bias'] else 'no'}; "
         f"Thm 5.4 Gaussian limit {data_summary['theory']['gaussian_relu_limit']:.4f}"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -131,16 +132,24 @@ def load_pair(args: argparse.Namespace, verb: str):
 
 
 def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
-    """RUN_A and RUN_B, then --align, --align-examples and --seed, as lmc.pair.PairSettings
-    reads them."""
+    """RUN_A and RUN_B (runs, or weight files with --model-factory/--hf-model and --data:
+    :func:`add_model_options`), then --align, --align-examples and --seed, as
+    lmc.pair.PairSettings reads them."""
     from lmc.pair import ALIGN_METHODS
 
     parser.add_argument(
-        "run_a", metavar="RUN_A", help="run folder (or its name in --runs-dir) of model A, λ = 0"
+        "run_a",
+        metavar="RUN_A",
+        help="run folder (or its name in --runs-dir) of model A, λ = 0; with --model-factory "
+        "or --hf-model: A's weight file",
     )
     parser.add_argument(
-        "run_b", metavar="RUN_B", help="run folder (or its name in --runs-dir) of model B, λ = 1"
+        "run_b",
+        metavar="RUN_B",
+        help="run folder (or its name in --runs-dir) of model B, λ = 1; with --model-factory "
+        "or --hf-model: B's weight file",
     )
+    add_model_options(parser)
 
     parser.add_argument(
         "--align",
@@ -169,3 +178,166 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
 def add_lambdas_option(parser: argparse.ArgumentParser, default: str, help: str) -> None:
     """The λ option, named --lambdas in every verb (--lam is an alias)."""
     parser.add_argument("--lambdas", "--lam", dest="lambdas", default=default, help=help)
+
+
+# ---------------------------------------------------------------------------------------------
+# the user's own model and checkpoints (instead of two runs)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model-factory, --hf-model and --data: A and B become weight files of the user's own
+    model (see :func:`load_inputs`)."""
+    group = parser.add_argument_group(
+        "your own model (then A and B are weight files: .safetensors, or .pt/.pth/.bin read "
+        "with torch.load(weights_only=True))"
+    )
+    group.add_argument(
+        "--model-factory",
+        default=None,
+        metavar="SPEC",
+        help="module:callable or path/to/file.py:callable returning the nn.Module (called "
+        "with no arguments) whose weights A and B hold",
+    )
+    group.add_argument(
+        "--hf-model",
+        default=None,
+        metavar="FOLDER",
+        help="a local Hugging Face model folder (config.json + weights; needs lmc[hf]); A and "
+        "B are weight files (or save_pretrained folders) of that model",
+    )
+    group.add_argument(
+        "--data",
+        default=None,
+        metavar="NAME|FILE",
+        help="with --model-factory/--hf-model: a zoo dataset (digits, mnist, ...) or a .npz/"
+        ".safetensors file holding x and y (optionally x_test, y_test; see README)",
+    )
+
+
+@dataclass
+class PairInputs:
+    """What a pair verb measures: the two models (on ``--device``, eval mode), the dataset,
+    the metadata recorded in its JSON (``meta``), display names and the runs (``None`` for
+    weight files)."""
+
+    model_a: Any
+    model_b: Any
+    data: Any
+    meta: dict[str, Any]
+    name_a: str
+    name_b: str
+    dataset: str
+    runs: tuple[Any, Any] | None = None
+    source: str | None = None  # "the model from SPEC" for the user's model
+
+
+def uses_own_model(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "model_factory", None) or getattr(args, "hf_model", None))
+
+
+def load_user_dataset(text: str, args: argparse.Namespace, device: torch.device):
+    """``--data``: a .npz/.safetensors file (:mod:`lmc.data.user_file`) or a zoo dataset."""
+    from pathlib import Path
+
+    from lmc.data import load
+    from lmc.data.user_file import is_data_file, load_user_data
+
+    if is_data_file(text):
+        return load_user_data(text, device=device)
+    if Path(text).is_file():
+        raise LmcError(f"--data {text}: a data file must be .npz or .safetensors")
+    return load(
+        text,
+        data_dir=getattr(args, "data_dir", None),
+        device=device,
+        download=getattr(args, "download", False),
+    )
+
+
+def check_data_fits(model, data, source: str) -> None:
+    """One batch forward of two test examples: a one-line ``LmcError`` if the data's shape
+    does not fit the model, or its output is not a ``(2, C)`` logits tensor with ``C`` at
+    least the data's number of classes."""
+    from lmc.models import eval_mode
+
+    x = data.x_test[:2]
+    shape = "(" + ", ".join(str(d) for d in (len(data.x_test), *data.input_shape)) + ")"
+    try:
+        with torch.no_grad(), eval_mode(model):
+            out = model(x)
+    except LmcError:
+        raise
+    except Exception as exc:
+        message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise LmcError(
+            f"data of shape {shape} ({data.name}) does not fit {source}: {message}"
+        ) from exc
+    if not isinstance(out, torch.Tensor):
+        raise LmcError(f"{source} returns a {type(out).__name__}, not a logits tensor (N, C)")
+    if out.dim() != 2 or out.shape[0] != 2:
+        raise LmcError(
+            f"{source} turns 2 examples of {data.name} into outputs of shape "
+            f"{tuple(out.shape)}, not logits (2, C)"
+        )
+    if out.shape[1] < data.num_classes:
+        raise LmcError(
+            f"{source} gives {out.shape[1]} logits but {data.name} has labels up to "
+            f"{data.num_classes - 1}"
+        )
+
+
+def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
+    """The pair of a verb that takes A B: two runs (as :func:`load_pair`), or, with
+    ``--model-factory``/``--hf-model``, two weight files of the user's model with ``--data``.
+    Either way the architectures are checked, the models are on ``--device`` in eval mode,
+    and (for the user's model) one batch of the data is passed through model A."""
+    if not uses_own_model(args):
+        if getattr(args, "data", None):
+            raise LmcError(
+                "--data is for --model-factory/--hf-model; runs use the dataset they were "
+                "trained on"
+            )
+        run_a, run_b, model_a, model_b, data = load_pair(args, verb)
+        meta = {
+            "run_a": str(run_a.path),
+            "run_b": str(run_b.path),
+            "model": run_a.config["model"],
+            "model_options": run_a.config["model_options"],
+            "dataset": run_a.config["dataset"],
+        }
+        return PairInputs(model_a, model_b, data, meta, run_a.name, run_b.name,
+                          run_a.config["dataset"], runs=(run_a, run_b))  # fmt: skip
+    from pathlib import Path
+
+    from lmc.models import check_same_architecture
+    from lmc.models.factory import load_factory, load_hf_folder, load_weights
+
+    if args.model_factory and args.hf_model:
+        raise LmcError("give --model-factory or --hf-model, not both")
+    if not getattr(args, "data", None):
+        raise LmcError(
+            "--data is needed with --model-factory/--hf-model: a zoo dataset name (digits, "
+            "mnist, ...) or a .npz/.safetensors file holding x and y"
+        )
+    if args.model_factory:
+        make, key, spec = load_factory(args.model_factory), "model_factory", args.model_factory
+    else:
+        make, key, spec = load_hf_folder(args.hf_model), "hf_model", args.hf_model
+    source = f"the model from {spec}"
+    device = device_from(args)
+    model_a = load_weights(make(), args.run_a, source=source)
+    model_b = load_weights(make(), args.run_b, source=source)
+    check_same_architecture(model_a, model_b, names=("A", "B"))
+    model_a, model_b = model_a.to(device).eval(), model_b.to(device).eval()
+    data = load_user_dataset(args.data, args, device)
+    check_data_fits(model_a, data, source)
+    meta = {
+        "weights_a": str(args.run_a),
+        "weights_b": str(args.run_b),
+        key: spec,
+        "model": type(model_a).__name__,
+        "dataset": data.name,
+        "data": str(args.data),
+    }
+    name_a, name_b = Path(args.run_a).stem, Path(args.run_b).stem
+    return PairInputs(model_a, model_b, data, meta, name_a, name_b, data.name, source=source)

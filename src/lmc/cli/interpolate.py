@@ -8,6 +8,10 @@ of interpolated models are reset on the training split (--bn). The barriers are 
 docs/science.md. The work is done by lmc.pair (the same code as a sweep's merge job). Writes
 curve.csv, summary.json and path.png into --out (default
 ./interpolations/<RUN_A>__<RUN_B>[__<align>]); --json prints the summary.
+
+Your own model: with --model-factory module:callable (or path/file.py:callable, or
+--hf-model FOLDER) RUN_A and RUN_B are two weight files of it, and --data names the data (a
+zoo dataset, or a .npz/.safetensors file holding x and y).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from .common import (
     add_pair_arguments,
     add_runs_dir_option,
     emit_json,
-    load_pair,
+    load_inputs,
     parse_float_list,
 )
 
@@ -175,25 +179,22 @@ def run(args: argparse.Namespace) -> int:
     from lmc.pair import summary as pair_summary
 
     settings = settings_from_args(args)
-    run_a, run_b, model_a, model_b, data = load_pair(args, "interpolation")
+    pair = load_inputs(args, "interpolation")
+    model_a, model_b, data = pair.model_a, pair.model_b, pair.data
     out = (
         Path(args.out)
         if args.out
         else Path("interpolations")
-        / (f"{run_a.name}__{run_b.name}" + ("" if args.align == "none" else f"__{args.align}"))
+        / (f"{pair.name_a}__{pair.name_b}" + ("" if args.align == "none" else f"__{args.align}"))
     )
     result = run_pair(model_a, model_b, data, settings, quiet=args.quiet)
     meta = {
-        "run_a": str(run_a.path),
-        "run_b": str(run_b.path),
-        "model": run_a.config["model"],
-        "model_options": run_a.config["model_options"],
-        "dataset": run_a.config["dataset"],
+        **pair.meta,
         "environment": environment_info(module_device(model_a)),
         "out": str(out),
     }
     summary = pair_summary(result, meta)
-    title = f"A = {run_a.name}   B = {run_b.name}   align = {args.align}   bn = {result.path.bn}"
+    title = f"A = {pair.name_a}   B = {pair.name_b}   align = {args.align}   bn = {result.path.bn}"
     written = write_pair(result, out, summary, title=title)
     paths = {"interpolation": result.path, "random-direction": result.baseline}
     for name, res in paths.items():
@@ -210,11 +211,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     path = result.path
     print(
-        f"A = {run_a.name}\nB = {run_b.name}"
+        f"A = {pair.name_a}\nB = {pair.name_b}"
         + (f" (aligned: {args.align})" if args.align != "none" else "")
     )
     print(
-        f"{path.num_examples} {args.split} examples of {run_a.config['dataset']}; "
+        f"{path.num_examples} {args.split} examples of {pair.dataset}; "
         f"bn = {path.bn}; method = {path.method}"
         + (
             f"; calibrated on {path.num_calibration}, scored on {path.num_heldout} "
