@@ -46,8 +46,16 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path):
     run, _ = _save(tmp_path)
     path = run.path / "model.safetensors"
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(LmcError, match="corrupt or truncated"):
+    with pytest.raises(LmcError, match="model.safetensors is damaged: 100 bytes"):
         load_run(run.path).state_dict()
+    (run.path / "manifest.json").unlink()  # a run from before manifests: safetensors says it
+    metrics = json.loads((run.path / "metrics.json").read_text())
+    del metrics["manifest"]
+    (run.path / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.warns(UserWarning, match="no manifest.json"):
+        loaded = load_run(run.path)
+    with pytest.raises(LmcError, match="corrupt or truncated"):
+        loaded.state_dict()
 
 
 def test_garbage_checkpoint_is_a_clear_error(tmp_path):
@@ -68,6 +76,9 @@ def test_not_a_run_folder(tmp_path):
 def test_corrupt_config_json_is_a_clear_error(tmp_path):
     run, _ = _save(tmp_path)
     (run.path / "config.json").write_text("{broken")
+    with pytest.raises(LmcError, match="config.json is damaged"):
+        load_run(run.path)
+    (run.path / "manifest.json").unlink()
     with pytest.raises(LmcError, match="not valid JSON"):
         load_run(run.path)
 

@@ -20,6 +20,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "report": ("report", "write report.md and report.html from a results folder"),
     "recipes": ("recipes", "list the packaged recipes, or show one to edit"),
     "demo": ("demo", "the width study on digits, end to end, with a report"),
+    "verify": ("verify", "check stored runs against their manifests; list the damaged"),
 }
 
 

@@ -5,6 +5,7 @@ from .canonical import canonical_json, config_hash
 from .device import resolve_device
 from .environment import environment_info
 from .errors import LmcError, LmcWarning
+from .files import check_regular_file, open_regular, read_regular_bytes, read_regular_text
 from .progress import progress
 from .validate import (
     check_finite,
@@ -24,9 +25,13 @@ __all__ = [
     "check_labels",
     "check_lambda",
     "check_number",
+    "check_regular_file",
     "config_hash",
     "environment_info",
+    "open_regular",
     "progress",
+    "read_regular_bytes",
+    "read_regular_text",
     "resolve_device",
     "warn_undefined",
 ]

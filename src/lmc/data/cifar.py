@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from lmc.config import LmcError
+from lmc.config import LmcError, open_regular, read_regular_bytes
 
 PIXELS = 3 * 32 * 32
 
@@ -100,7 +100,7 @@ def _read_folder(folder: Path, layout: CifarLayout) -> dict[str, bytes]:
     out = {}
     for f in layout.files:
         try:
-            out[f] = (folder / f).read_bytes()
+            out[f] = read_regular_bytes(folder / f, "CIFAR file")
         except OSError as exc:
             raise LmcError(f"cannot read {folder / f}: {exc.strerror or exc}") from exc
     return out
@@ -110,7 +110,10 @@ def _read_archive(archive: Path, layout: CifarLayout) -> dict[str, bytes]:
     """Read the binary files straight out of the .tar.gz (nothing is written to disk)."""
     out: dict[str, bytes] = {}
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
+        with (
+            open_regular(archive, "CIFAR archive") as handle,
+            tarfile.open(fileobj=handle, mode="r:*") as tar,
+        ):
             for member in tar:
                 name = PurePosixPath(member.name).name
                 if member.isfile() and name in layout.files and name not in out:
@@ -183,7 +186,10 @@ def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike) -> list
     tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest))
     try:
         try:
-            with tarfile.open(archive, mode="r:*") as tar:
+            with (
+                open_regular(archive, "CIFAR archive") as handle,
+                tarfile.open(fileobj=handle, mode="r:*") as tar,
+            ):
                 for member in tar:
                     rel = _safe_member_path(member.name, archive)
                     if not rel.parts or rel.parts == (".",):

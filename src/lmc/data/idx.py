@@ -11,11 +11,10 @@ import gzip
 import math
 import os
 import zlib
-from pathlib import Path
 
 import numpy as np
 
-from lmc.config import LmcError
+from lmc.config import LmcError, read_regular_bytes
 
 # IDX type byte -> big-endian numpy dtype.
 IDX_DTYPES: dict[int, str] = {
@@ -40,7 +39,7 @@ def _fail(path: str | os.PathLike, what: str) -> LmcError:
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The file's bytes, gunzipped when it starts with the gzip magic. Errors name the file."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular_bytes(path, "IDX file")
     except OSError as exc:
         raise LmcError(f"cannot read {path}: {exc.strerror or exc}; check the file") from exc
     if data[:2] == _GZIP_MAGIC:

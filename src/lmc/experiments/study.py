@@ -56,7 +56,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from lmc.config import LmcError
+from lmc.config import LmcError, read_regular_text
 from lmc.data import DATASETS
 from lmc.metrics import CALIBRATIONS
 from lmc.models import MODELS, check_options, get_model
@@ -268,7 +268,7 @@ def load_study(path_or_name: str | os.PathLike) -> tuple[dict[str, Any], str]:
                 f"{path} does not exist (and is not a packaged recipe: {', '.join(list_recipes())})"
             )
         path = packaged
-    text = path.read_text()
+    text = read_regular_text(path, "study file")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -7,9 +7,12 @@ from .atomic import (
     output_dir,
     read_json,
     save_tensors,
+    tensors_from_bytes,
+    write_bytes,
     write_json,
     write_text,
 )
+from .manifest import MANIFEST_FILE, DamagedRunError, read_manifest
 from .runs import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -21,13 +24,18 @@ from .runs import (
     load_run,
     run_name,
 )
+from .verify import STATUSES, RunCheck, run_folders, verify_run
 
 __all__ = [
     "CONFIG_FILE",
+    "DamagedRunError",
+    "MANIFEST_FILE",
     "METRICS_FILE",
     "MODEL_FILE",
     "Run",
+    "RunCheck",
     "RunStore",
+    "STATUSES",
     "atomic_path",
     "default_runs_dir",
     "is_finished",
@@ -36,8 +44,13 @@ __all__ = [
     "load_tensors",
     "output_dir",
     "read_json",
+    "read_manifest",
+    "run_folders",
     "run_name",
     "save_tensors",
+    "tensors_from_bytes",
+    "verify_run",
+    "write_bytes",
     "write_json",
     "write_text",
 ]

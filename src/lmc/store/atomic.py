@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -14,9 +15,9 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, load_file, save
 
-from lmc.config import LmcError
+from lmc.config import LmcError, check_regular_file, read_regular_bytes
 
 
 @contextmanager
@@ -102,24 +103,34 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
+def write_json(path: str | os.PathLike, obj: Any) -> dict[str, Any]:
+    """Write ``obj`` as indented JSON, atomically. Returns the file's ``{"size", "sha256"}``."""
+    return write_bytes(
+        path, (json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n").encode()
+    )
+
+
+def write_text(path: str | os.PathLike, text: str) -> dict[str, Any]:
+    """Write ``text`` (UTF-8), atomically. Returns the file's ``{"size", "sha256"}``."""
+    return write_bytes(path, text.encode())
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> dict[str, Any]:
+    """Write ``data``, atomically. Returns ``{"size", "sha256"}`` of the bytes written."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+        tmp.write_bytes(data)
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; a missing or corrupt file is an ``LmcError`` naming it."""
+def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    """Read a JSON file; a missing, corrupt or non-regular file (a FIFO, a folder) is an
+    ``LmcError`` naming it."""
     path = Path(path)
+    if not os.path.lexists(path):
+        raise LmcError(f"{path} does not exist")
+    data = read_regular_bytes(path, what)
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise LmcError(f"{path} does not exist") from exc
+        return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise LmcError(f"{path} is not valid JSON ({exc}); delete it and re-run") from exc
 
@@ -128,11 +139,11 @@ def save_tensors(
     path: str | os.PathLike,
     tensors: dict[str, torch.Tensor],
     metadata: dict[str, str] | None = None,
-) -> None:
-    """Save tensors as safetensors (moved to CPU, made contiguous), atomically."""
+) -> dict[str, Any]:
+    """Save tensors as safetensors (moved to CPU, made contiguous), atomically. Returns the
+    file's ``{"size", "sha256"}``, hashed from the bytes written."""
     cpu = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
-    with atomic_path(path) as tmp:
-        save_file(cpu, str(tmp), metadata=metadata)
+    return write_bytes(path, save(cpu, metadata=metadata))
 
 
 def load_tensors(
@@ -140,11 +151,27 @@ def load_tensors(
 ) -> dict[str, torch.Tensor]:
     """Load a safetensors file (never unpickles); a corrupt or truncated file is an ``LmcError``."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise LmcError(f"{path} does not exist")
+    check_regular_file(path, "tensor file")  # never hand a FIFO to safetensors
     try:
         return load_file(str(path), device=str(device))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise LmcError(
             f"{path} is corrupt or truncated ({exc}); delete the run folder and train again"
         ) from exc
+
+
+def tensors_from_bytes(
+    data: bytes, path: str | os.PathLike, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Parse the bytes of a safetensors file read from ``path`` (named in errors)."""
+    try:
+        tensors = load(data)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise LmcError(
+            f"{path} is corrupt or truncated ({exc}); delete the run folder and train again"
+        ) from exc
+    if torch.device(device).type != "cpu":
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+    return tensors

@@ -4,25 +4,55 @@ A run folder holds
 - ``config.json``: the canonical config (what determines the weights) and nothing else;
 - ``model.safetensors``: the final state dict (parameters and buffers);
 - ``metrics.json``: per-epoch history, final metrics, versions, device and wall time;
-- while training, ``checkpoint.safetensors`` + ``checkpoint.json`` for resuming.
+- ``manifest.json``: the size and SHA-256 of each of those files (:mod:`lmc.store.manifest`);
+- while training, ``checkpoint.safetensors`` for resuming.
 
 A run is finished when ``model.safetensors`` and ``metrics.json`` exist and the metrics say
-``"status": "finished"``. Every write is atomic.
+``"status": "finished"``. Every write is atomic; the files are written in the order above, so
+the manifest, last, vouches for whole files only.
+
+Integrity, what is checked when:
+- :func:`load_run` (every load): the config parses and hashes to its folder's name; every file
+  the manifest lists is a regular file of its recorded size; ``config.json`` and
+  ``metrics.json`` are hashed (they are read anyway, and small);
+- :meth:`Run.state_dict` / :meth:`Run.build_model`: the weights' SHA-256, hashed over the bytes
+  read for loading (skipped for a file the stat cache vouches for, see
+  :mod:`lmc.store.manifest`);
+- ``load_run(path, verify=True)`` and :meth:`RunStore.find` (reuse): every listed file's
+  SHA-256, at once;
+- ``lmc verify``: every byte of every run, no cache.
+A mismatch is a :class:`DamagedRunError` (an ``LmcError``), one line naming the file. A
+finished run without a manifest (written before lmc kept one) loads with one
+:class:`~lmc.config.LmcWarning`: unverified, never damaged.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from lmc.config import LmcError, config_hash
+from lmc.config import LmcError, LmcWarning, check_regular_file, config_hash
 
-from .atomic import load_tensors, read_json, save_tensors, write_json
+from .atomic import load_tensors, read_json, save_tensors, tensors_from_bytes, write_json
+from .manifest import (
+    CACHE_FILE,
+    MANIFEST_FILE,
+    DamagedRunError,
+    check_sizes,
+    read_checked,
+    read_manifest,
+    verify_files,
+    write_manifest,
+)
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.safetensors"
@@ -45,19 +75,48 @@ def run_name(config: dict[str, Any]) -> str:
 
 @dataclass
 class Run:
-    """A finished (or loaded) run: its folder, config and metrics."""
+    """A finished (or loaded) run: its folder, config, metrics and manifest (``None`` for a
+    run written before lmc kept manifests: its files cannot be checked)."""
 
     path: Path
     config: dict[str, Any]
     metrics: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, dict[str, Any]] | None = None
 
     @property
     def name(self) -> str:
         return self.path.name
 
+    @property
+    def verified(self) -> bool:
+        """Whether the run has a manifest to check its files against."""
+        return self.manifest is not None
+
     def state_dict(self, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-        """The stored final state dict, loaded without unpickling."""
-        return load_tensors(self.path / MODEL_FILE, device=device)
+        """The stored final state dict, loaded without unpickling; its size and SHA-256 are
+        checked against the manifest over the bytes read (:class:`DamagedRunError`)."""
+        path = self.path / MODEL_FILE
+        data = read_checked(self.path, MODEL_FILE, self.manifest, "model file", vouched_ok=True)
+        if data is None:  # vouched for by the stat cache: loaded straight from the file
+            return load_tensors(path, device=device)
+        return tensors_from_bytes(data, path, device)
+
+    def verify(self) -> None:
+        """Hash every file the manifest lists now; the first mismatch is raised. A run without
+        a manifest gets what can be checked without one: its weights' safetensors header must
+        cover the file exactly (a file cut short fails)."""
+        if self.manifest is not None:
+            problems = verify_files(self.path, self.manifest)
+            if problems:
+                raise problems[0]
+            return
+        path = self.path / MODEL_FILE
+        check_regular_file(path, "model file")
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise DamagedRunError(path, f"not a whole safetensors file ({exc})") from exc
 
     def build_model(self, device: str | torch.device = "cpu") -> nn.Module:
         """The architecture from the config with the stored weights loaded, in eval mode."""
@@ -83,12 +142,28 @@ class RunStore:
         return self.root / run_name(config)
 
     def is_finished(self, config: dict[str, Any]) -> bool:
-        return is_finished(self.path_for(config))
+        """Whether a finished run for ``config`` exists and is whole (a damaged one is not
+        finished: it is to be trained again)."""
+        try:
+            return self.find(config) is not None
+        except DamagedRunError:
+            return False
 
-    def find(self, config: dict[str, Any]) -> Run | None:
-        """The finished run for ``config``, or ``None``."""
+    def find(self, config: dict[str, Any], *, verify: bool = True) -> Run | None:
+        """The finished run for ``config`` to reuse, or ``None``. With ``verify`` (the default)
+        every file is checked against the manifest first: a damaged run raises
+        :class:`DamagedRunError` naming the file (see :meth:`reopen`)."""
         path = self.path_for(config)
-        return load_run(path) if is_finished(path) else None
+        return load_run(path, verify=verify) if is_finished(path) else None
+
+    def reopen(self, config: dict[str, Any]) -> Path:
+        """Mark the run for ``config`` unfinished so it is written again: its finishing mark
+        (``metrics.json``) goes first, then its manifest, stat cache and weights. The config
+        and any checkpoint stay. Returns the run folder."""
+        path = self.path_for(config)
+        for name in (METRICS_FILE, MANIFEST_FILE, CACHE_FILE, MODEL_FILE):
+            (path / name).unlink(missing_ok=True)
+        return path
 
     def save(
         self,
@@ -97,44 +172,111 @@ class RunStore:
         metrics: dict[str, Any],
         extra_tensors: dict[str, dict[str, torch.Tensor]] | None = None,
     ) -> Run:
-        """Write a finished run: config, weights, then metrics (the finishing mark) last.
+        """Write a finished run: config, weights, metrics (the finishing mark), and last the
+        manifest of their sizes and SHA-256 (hashed from the bytes written).
 
         ``extra_tensors`` maps further file names in the run folder to tensors (e.g. a
-        permutation saved beside an aligned model).
+        permutation saved beside an aligned model). An earlier run in the folder is unfinished
+        first, so no reader takes new files for the old run's or the other way round.
         """
         path = self.path_for(config)
         path.mkdir(parents=True, exist_ok=True)
-        write_json(path / CONFIG_FILE, config)
-        save_tensors(path / MODEL_FILE, state_dict)
+        (path / METRICS_FILE).unlink(missing_ok=True)
+        records = {CONFIG_FILE: write_json(path / CONFIG_FILE, config)}
+        records[MODEL_FILE] = save_tensors(path / MODEL_FILE, state_dict)
         for filename, tensors in (extra_tensors or {}).items():
-            save_tensors(path / filename, tensors)
-        metrics = {**metrics, "status": "finished"}
-        write_json(path / METRICS_FILE, metrics)
-        return Run(path, config, metrics)
+            records[filename] = save_tensors(path / filename, tensors)
+        metrics = {**metrics, "status": "finished", "manifest": MANIFEST_FILE}
+        records[METRICS_FILE] = write_json(path / METRICS_FILE, metrics)
+        write_manifest(path, records)
+        return Run(path, config, metrics, read_manifest(path))
 
 
 def is_finished(run_dir: str | os.PathLike) -> bool:
+    """Whether ``run_dir`` holds weights and metrics that say ``"finished"`` (nothing hashed;
+    whether the files are whole is :func:`load_run`'s question)."""
     run_dir = Path(run_dir)
     if not (run_dir / MODEL_FILE).exists() or not (run_dir / METRICS_FILE).exists():
         return False
     try:
         return read_json(run_dir / METRICS_FILE).get("status") == "finished"
-    except LmcError:
+    except (LmcError, AttributeError):
         return False
 
 
-def load_run(run_dir: str | os.PathLike) -> Run:
-    """Load a run folder (config and metrics; weights on demand). Clear errors if it is not one."""
+_HASHED_NAME = re.compile(r".+-([0-9a-f]{12})")
+_WARNED_UNVERIFIED: set[str] = set()
+
+
+def check_config_name(run_dir: Path, config: dict[str, Any]) -> None:
+    """A folder named ``…-<12 hex digits>`` must hold the config with that hash; a folder
+    renamed by hand (no hash at its end) is not checked."""
+    match = _HASHED_NAME.fullmatch(run_dir.name)
+    if match is None:
+        return
+    try:
+        digest = config_hash(config)
+    except (TypeError, ValueError):
+        digest = "not hashable (non-finite numbers)"
+    if digest != match.group(1):
+        raise DamagedRunError(
+            run_dir / CONFIG_FILE,
+            f"it hashes to {digest}, but its folder is named for {match.group(1)}: the config "
+            "was changed after the run was written; restore it or delete the run folder",
+        )
+
+
+def _read_json_checked(run_dir: Path, name: str, manifest: dict | None, what: str) -> Any:
+    data = read_checked(run_dir, name, manifest, what)
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise LmcError(f"{run_dir / name} is not valid JSON ({exc}); delete it and re-run") from exc
+
+
+def load_run(run_dir: str | os.PathLike, *, verify: bool = False) -> Run:
+    """Load a run folder (config and metrics; weights on demand). Clear errors if it is not one.
+
+    Checks the config against the folder's name and every file against the manifest: sizes
+    always, SHA-256 of all files with ``verify`` (as reuse does), else of the weights when
+    they are read. A mismatch is a :class:`DamagedRunError` naming the file.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LmcError(f"{run_dir} is not a run folder (it does not exist)")
-    if not (run_dir / CONFIG_FILE).exists():
+    if not os.path.lexists(run_dir / CONFIG_FILE):
         raise LmcError(f"{run_dir} is not a run folder: it has no {CONFIG_FILE}")
-    config = read_json(run_dir / CONFIG_FILE)
-    if not (run_dir / MODEL_FILE).exists():
-        raise LmcError(f"{run_dir} has no {MODEL_FILE}: the run did not finish; train it again")
-    metrics = read_json(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).exists() else {}
+    manifest = read_manifest(run_dir)
+    config = _read_json_checked(run_dir, CONFIG_FILE, manifest, "run config")
+    if not isinstance(config, dict):
+        raise LmcError(f"{run_dir / CONFIG_FILE} is not a JSON object: not an lmc run")
     for key in ("model", "model_options"):
         if key not in config:
             raise LmcError(f"{run_dir / CONFIG_FILE} lacks {key!r}: not an lmc run")
-    return Run(run_dir, config, metrics)
+    check_config_name(run_dir, config)
+    if not os.path.lexists(run_dir / MODEL_FILE):
+        raise LmcError(f"{run_dir} has no {MODEL_FILE}: the run did not finish; train it again")
+    metrics = {}
+    if os.path.lexists(run_dir / METRICS_FILE):
+        metrics = _read_json_checked(run_dir, METRICS_FILE, manifest, "run metrics")
+        if not isinstance(metrics, dict):
+            raise LmcError(f"{run_dir / METRICS_FILE} is not a JSON object: not an lmc run")
+    if manifest is None:
+        if metrics.get("manifest"):
+            raise DamagedRunError(
+                run_dir / MANIFEST_FILE, "missing (its metrics.json says one was written)"
+            )
+        if metrics.get("status") == "finished" and str(run_dir) not in _WARNED_UNVERIFIED:
+            _WARNED_UNVERIFIED.add(str(run_dir))
+            warnings.warn(
+                f"{run_dir} has no {MANIFEST_FILE} (written before lmc kept one): its files "
+                "cannot be checked; using it unverified",
+                LmcWarning,
+                stacklevel=2,
+            )
+    else:
+        check_sizes(run_dir, manifest)
+    run = Run(run_dir, config, metrics, manifest)
+    if verify:
+        run.verify()
+    return run

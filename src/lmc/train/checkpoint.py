@@ -1,18 +1,40 @@
-"""Per-epoch checkpoints (model + optimizer state) in safetensors + JSON, for resuming."""
+"""Per-epoch checkpoints (model + optimizer state) for resuming: one file, one atomic unit.
+
+``checkpoint.safetensors`` holds the model's state (``model.<name>``) and the optimizer's
+tensors (``optim.<param index>.<key>``); its metadata carries the rest as JSON
+(``lmc_checkpoint``: epoch, optimizer param groups and scalars, history) and a SHA-256
+(``lmc_sha256``) over that JSON and every tensor's name, dtype, shape and bytes. The file is
+written beside its place and renamed over it, so a kill leaves the old checkpoint or the new
+one, never a mix.
+
+Loading checks the digest (resume is a reuse of stored state). A checkpoint that is cut short,
+bit-flipped, written for another number of epochs, or the two-file pair of older versions
+(``checkpoint.safetensors`` + ``checkpoint.json``) disagreeing on the epoch is ignored with an
+:class:`~lmc.config.LmcWarning`: training starts again from scratch, which ends bit-identical
+(on CPU). A consistent old pair is still resumed from. Something other than a regular file
+in a checkpoint's place (a FIFO, a folder) is an ``LmcError``: lmc never waits on it.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load
 from torch import nn
 
-from lmc.config import LmcError
-from lmc.store import load_tensors, read_json, save_tensors, write_json
+from lmc.config import LmcError, LmcWarning, check_regular_file, read_regular_bytes
+from lmc.store import read_json, save_tensors
 
 CHECKPOINT_TENSORS = "checkpoint.safetensors"
-CHECKPOINT_META = "checkpoint.json"
+CHECKPOINT_META = "checkpoint.json"  # only in checkpoints of older versions
+_META_KEY, _DIGEST_KEY = "lmc_checkpoint", "lmc_sha256"
 
 
 def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -38,6 +60,17 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any])
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+def _digest(meta_json: str, tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over the metadata JSON and each tensor's name, dtype, shape and bytes."""
+    h = hashlib.sha256(meta_json.encode())
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        if t.numel():
+            h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()
+
+
 def save_checkpoint(
     run_dir: Path,
     epoch: int,
@@ -45,36 +78,89 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     history: list[dict],
 ) -> None:
-    """Save the state after ``epoch`` epochs. Tensors first, then the JSON that points to them."""
+    """Save the state after ``epoch`` epochs as one file, atomically (see the module doc)."""
     optim_tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors.update(optim_tensors)
-    save_tensors(run_dir / CHECKPOINT_TENSORS, tensors, metadata={"epoch": str(epoch)})
-    write_json(
-        run_dir / CHECKPOINT_META, {"epoch": epoch, "optimizer": optim_meta, "history": history}
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
+    meta_json = json.dumps(
+        {"epoch": epoch, "optimizer": optim_meta, "history": history}, sort_keys=True
     )
+    metadata = {"epoch": str(epoch), _META_KEY: meta_json, _DIGEST_KEY: _digest(meta_json, tensors)}
+    save_tensors(run_dir / CHECKPOINT_TENSORS, tensors, metadata=metadata)
+    (run_dir / CHECKPOINT_META).unlink(missing_ok=True)  # an older version's half
 
 
-def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
-    """The last checkpoint in ``run_dir`` as {epoch, model_state, optimizer_state, history}."""
-    meta_path, tensor_path = run_dir / CHECKPOINT_META, run_dir / CHECKPOINT_TENSORS
-    if not meta_path.exists() or not tensor_path.exists():
+def load_checkpoint(run_dir: Path, *, epochs: int | None = None) -> dict[str, Any] | None:
+    """The last checkpoint in ``run_dir`` as {epoch, model_state, optimizer_state, history},
+    or ``None`` (none, or one not to trust: warned about). ``epochs``: the run's total, to
+    refuse a checkpoint from beyond it."""
+    path = Path(run_dir) / CHECKPOINT_TENSORS
+    if not os.path.lexists(path):
         return None
-    meta = read_json(meta_path)
-    tensors = load_tensors(tensor_path)
-    from safetensors import safe_open
+    check_regular_file(path, "checkpoint")
+    try:
+        checkpoint = _read(Path(run_dir))
+        if epochs is not None and not 0 <= checkpoint["epoch"] <= epochs:
+            raise _Unusable(f"it is from epoch {checkpoint['epoch']} of a {epochs}-epoch run")
+    except _Unusable as exc:
+        warnings.warn(
+            f"ignoring the checkpoint {path}: {exc}; training this run from scratch",
+            LmcWarning,
+            stacklevel=2,
+        )
+        return None
+    return checkpoint
 
-    with safe_open(str(tensor_path), "pt") as handle:
-        saved_epoch = int((handle.metadata() or {}).get("epoch", -1))
-    if saved_epoch != meta.get("epoch"):
-        raise LmcError(f"{run_dir}: checkpoint files disagree on the epoch; delete them and re-run")
+
+class _Unusable(Exception):
+    """Why a checkpoint is not resumed from."""
+
+
+def _read(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / CHECKPOINT_TENSORS
+    data = read_regular_bytes(path, "checkpoint")
+    try:
+        tensors = load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        metadata = json.loads(data[8 : 8 + header_len]).get("__metadata__") or {}
+    except (SafetensorError, ValueError, RuntimeError, OSError) as exc:
+        raise _Unusable(f"it is cut short or corrupt ({exc})") from exc
+    if _META_KEY in metadata:
+        meta_json = metadata[_META_KEY]
+        if _digest(meta_json, tensors) != metadata.get(_DIGEST_KEY):
+            raise _Unusable("its SHA-256 does not match its contents (damaged)")
+        meta = json.loads(meta_json)
+    else:
+        meta = _legacy_meta(run_dir, metadata)
     model_state = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
-    return {
-        "epoch": meta["epoch"],
-        "model_state": model_state,
-        "optimizer_state": _unflatten_optimizer(tensors, meta["optimizer"]),
-        "history": meta["history"],
-    }
+    try:
+        return {
+            "epoch": int(meta["epoch"]),
+            "model_state": model_state,
+            "optimizer_state": _unflatten_optimizer(tensors, meta["optimizer"]),
+            "history": list(meta["history"]),
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _Unusable(f"its metadata lacks {exc}") from exc
+
+
+def _legacy_meta(run_dir: Path, metadata: dict[str, str]) -> dict[str, Any]:
+    """The metadata of an older version's two-file checkpoint, if its two halves agree."""
+    meta_path = run_dir / CHECKPOINT_META
+    if not os.path.lexists(meta_path):
+        raise _Unusable(f"it has no metadata and {CHECKPOINT_META} is missing")
+    check_regular_file(meta_path, "checkpoint")
+    try:
+        meta = read_json(meta_path, "checkpoint")
+    except LmcError as exc:
+        raise _Unusable(str(exc)) from exc
+    if not isinstance(meta, dict) or str(meta.get("epoch")) != metadata.get("epoch"):
+        raise _Unusable(
+            f"{CHECKPOINT_TENSORS} (epoch {metadata.get('epoch')}) and {CHECKPOINT_META} "
+            f"(epoch {meta.get('epoch') if isinstance(meta, dict) else '?'}) disagree"
+        )
+    return meta
 
 
 def remove_checkpoint(run_dir: Path) -> None:

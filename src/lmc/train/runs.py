@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -10,7 +11,7 @@ import torch
 from lmc.config import LmcError, environment_info
 from lmc.data import Dataset, canonical_name, load
 from lmc.models import build, count_parameters, has_input_options, resolve_options
-from lmc.store import Run, RunStore
+from lmc.store import DamagedRunError, Run, RunStore
 
 from .checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from .evaluate import evaluate
@@ -95,11 +96,21 @@ def train_run(
 ) -> tuple[Run, bool]:
     """Train the run ``config`` into ``store``; return ``(run, reused)``.
 
-    A finished run is reused as it is. An interrupted one resumes from its last per-epoch
-    checkpoint, ending bit-identical (on CPU) to an uninterrupted run.
+    A finished run is reused as it is, once every file has been checked against its
+    manifest. A damaged one (a file cut short, changed, or a config that no longer hashes to
+    its folder) is said so on stderr, one line naming the file, and trained again in its
+    folder. An interrupted one resumes from its last per-epoch checkpoint, ending
+    bit-identical (on CPU) to an uninterrupted run; a checkpoint that is not whole is ignored
+    with a warning (training starts from scratch).
     """
-    found = store.find(config)
+    try:
+        found = store.find(config)
+    except DamagedRunError as exc:
+        print(f"lmc: {exc}; training the run again", file=sys.stderr, flush=True)
+        store.reopen(config)
+        found = None
     if found is not None:
+        remove_checkpoint(found.path)  # left by a kill between the finish and its cleanup
         return found, True
     device = torch.device(device)
     if data is None:
@@ -118,7 +129,7 @@ def train_run(
     write_json(run_dir / "config.json", config)
 
     model = build(config["model"], seed=settings.init_seed, **config["model_options"])
-    checkpoint = load_checkpoint(run_dir)
+    checkpoint = load_checkpoint(run_dir, epochs=settings.epochs)
     start_epoch, optimizer_state, history = 0, None, []
     spawn = config["train"].get("spawn")
     if checkpoint is not None:
