@@ -5,15 +5,18 @@ parameters, an 11.7 MB ``model.safetensors``) in a temporary run store. "Loading
 is what a reuse does before the weights are used: find the run and build its model with the
 stored weights. Three ways, alternating, ``--repeats`` times each (medians shown):
 
-- ``no checks``: what lmc did before manifests: read ``config.json`` and ``metrics.json``,
-  ``safetensors.torch.load_file`` the weights, build the model and load them;
+- ``no checks``: what lmc did before manifests, step for step: ``RunStore.find`` (is it
+  finished? read ``config.json`` and ``metrics.json``), then ``Run.build_model``
+  (``safetensors.torch.load_file`` the weights, build the model, load them);
 - ``checks``: ``RunStore.find(config)`` (config against the folder's hash, every file's size,
   SHA-256 of every file) and ``Run.build_model()``, with the stat cache warm, as on every reuse
   but the first after the files were written or copied (see ``lmc.store.manifest``);
 - ``checks, cold``: the same with the stat cache deleted first, so every byte is hashed (the
   first reuse after a copy; ``lmc verify`` hashes like this every time).
 
-The ratio line is the acceptance number: the checks' share of the reused run's load time.
+The last line is the acceptance number: the checks' extra time (the median of the paired,
+per-round differences, robust to a shared machine's load) as a share of the reused run's
+load time without checks.
 
     .venv/bin/python benchmarks/store_verify.py [--repeats R] [--width W]
 """
@@ -48,7 +51,7 @@ def _config(width: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=60)
     parser.add_argument("--width", type=int, default=1024)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -62,9 +65,16 @@ def main() -> None:
         time.sleep(manifest.RACY_SECONDS + 0.1)  # files older than the cache's racy window
         store.find(config).build_model()  # hashes everything once and fills the cache
 
-        def unchecked() -> None:
+        def unchecked() -> None:  # lmc's reuse before manifests, step for step
             path: Path = store.path_for(config)
+            if not (path / "model.safetensors").exists() or not (path / "metrics.json").exists():
+                raise SystemExit("the run vanished")
+            if json.loads((path / "metrics.json").read_text()).get("status") != "finished":
+                raise SystemExit("the run is not finished")
+            if not path.is_dir() or not (path / "config.json").exists():
+                raise SystemExit("not a run folder")
             cfg = json.loads((path / "config.json").read_text())
+            assert (path / "model.safetensors").exists() and (path / "metrics.json").exists()
             json.loads((path / "metrics.json").read_text())
             m = build(cfg["model"], **cfg["model_options"])
             m.load_state_dict(load_file(str(path / "model.safetensors")), strict=True)
@@ -89,19 +99,21 @@ def main() -> None:
             checked()  # leave the cache warm for the next round
 
     base = statistics.median(times["no checks"])
+
+    def extra(name: str) -> float:  # the median of the per-round differences (paired)
+        return statistics.median(a - b for a, b in zip(times[name], times["no checks"]))
+
     print(f"reused run: width-{args.width} MLP, model.safetensors {size / 1e6:.1f} MB, "
-          f"{args.repeats} repeats, medians")  # fmt: skip
+          f"{args.repeats} rounds, medians")  # fmt: skip
     for name, values in times.items():
-        med = statistics.median(values)
         print(
-            f"  {name:<13} {med * 1e3:7.2f} ms  (range {min(values) * 1e3:.2f}-"
-            f"{max(values) * 1e3:.2f})  {100 * (med - base) / base:+6.1f}%"
+            f"  {name:<13} {statistics.median(values) * 1e3:7.2f} ms  (range "
+            f"{min(values) * 1e3:.2f}-{max(values) * 1e3:.2f})  extra {extra(name) * 1e3:+.2f} ms"
         )
-    overhead = statistics.median(times["checks"]) - base
     print(
-        f"checks on reuse: {overhead * 1e3:+.2f} ms = {100 * overhead / base:+.1f}% of the "
-        f"{base * 1e3:.2f} ms load (target < 5%); a full rehash (cold) costs "
-        f"{100 * (statistics.median(times['checks, cold']) - base) / base:+.1f}%"
+        f"checks on reuse: {extra('checks') * 1e3:+.2f} ms = "
+        f"{100 * extra('checks') / base:+.1f}% of the {base * 1e3:.2f} ms load (target < 5%); "
+        f"a full rehash (cold) costs {100 * extra('checks, cold') / base:+.1f}%"
     )
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import os
 import stat
-from pathlib import Path
 from typing import IO
 
 from .errors import LmcError
@@ -38,7 +37,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _refuse(path: Path, what: str, mode: int) -> LmcError:
+def _refuse(path: str | os.PathLike, what: str, mode: int) -> LmcError:
     return LmcError(f"{what} {path} is {_kind(mode)}, not a regular file; give a file")
 
 
@@ -46,7 +45,6 @@ def check_regular_file(path: str | os.PathLike, what: str = "file") -> os.stat_r
     """``os.stat(path)`` if ``path`` is a regular file (or a link to one); otherwise an
     ``LmcError`` naming ``what`` and the path: missing, a folder, a FIFO, a device, a socket,
     or unreadable metadata. Never opens the file."""
-    path = Path(path)
     try:
         st = os.stat(path)
     except FileNotFoundError as exc:
@@ -61,7 +59,6 @@ def check_regular_file(path: str | os.PathLike, what: str = "file") -> os.stat_r
 def open_regular(path: str | os.PathLike, what: str = "file", *, encoding: str | None = None) -> IO:
     """Open ``path`` for reading if it is a regular file: binary, or text when ``encoding``
     is given. Anything else is refused at once (see the module docstring)."""
-    path = Path(path)
     check_regular_file(path, what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

@@ -7,32 +7,56 @@ import math
 import torch
 from torch import nn
 
+NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
+
 
 @torch.no_grad()
 def initialize(model: nn.Module, seed: int) -> nn.Module:
-    """Re-initialise every Linear/Conv with PyTorch's default scheme, from ``seed`` alone.
+    """Re-initialise every Linear/Conv/Embedding with PyTorch's default scheme, from ``seed``.
 
     Weights: Kaiming-uniform with a = sqrt(5) (PyTorch's default); biases: U(-1/sqrt(fan_in),
-    1/sqrt(fan_in)). Norm layers get weight 1, bias 0 and fresh running statistics. The global RNG
-    is not touched, so the same seed gives the same bits whatever ran before.
+    1/sqrt(fan_in)); Embedding weights: N(0, 1). Norm layers get weight 1, bias 0 and fresh
+    running statistics. A parameter shared by two modules (a tied head) is drawn once, by the
+    first module that holds it. Then every module with an ``lmc_init(generator)`` method (a
+    transformer's class token and position embeddings, say) draws its own parameters, in
+    module order, after the defaults (so it may override them). The global RNG is not touched,
+    so the same seed gives the same bits whatever ran before.
     """
     gen = torch.Generator().manual_seed(int(seed))
+    seen: set[int] = set()
+
+    def fresh(param: torch.Tensor | None) -> bool:
+        if param is None or id(param) in seen:
+            return False
+        seen.add(id(param))
+        return True
+
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
-            weight = torch.empty(module.weight.shape, dtype=module.weight.dtype)
-            nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=gen)
-            module.weight.copy_(weight)
-            if module.bias is not None:
+            if fresh(module.weight):
+                weight = torch.empty(module.weight.shape, dtype=module.weight.dtype)
+                nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=gen)
+                module.weight.copy_(weight)
+            if fresh(module.bias):
                 fan_in = module.weight[0].numel()
                 bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
                 bias = torch.empty(module.bias.shape, dtype=module.bias.dtype)
                 bias.uniform_(-bound, bound, generator=gen)
                 module.bias.copy_(bias)
-        elif isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)):
+        elif isinstance(module, nn.Embedding):
+            if fresh(module.weight):
+                weight = torch.empty(module.weight.shape, dtype=module.weight.dtype)
+                weight.normal_(0.0, 1.0, generator=gen)
+                module.weight.copy_(weight)
+        elif isinstance(module, NORM_TYPES):
             if getattr(module, "weight", None) is not None:
                 module.weight.fill_(1.0)
             if getattr(module, "bias", None) is not None:
                 module.bias.zero_()
             if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 module.reset_running_stats()
+    for module in model.modules():
+        hook = getattr(module, "lmc_init", None)
+        if callable(hook):
+            hook(gen)
     return model

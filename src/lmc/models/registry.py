@@ -28,6 +28,8 @@ from .init import initialize
 from .layers import ACTIVATIONS, NORMS
 
 InputOptions = Callable[[Sequence[int], int], dict[str, Any]]
+OptionCheck = Callable[[str, Mapping[str, Any]], None]
+OptionFill = Callable[[dict[str, Any]], dict[str, Any]]
 WIDTH_KINDS = ("units", "multiplier")
 
 
@@ -58,7 +60,11 @@ class ModelEntry:
 
     ``factory(**options)`` builds it; ``options`` maps each user-settable option (besides
     ``width``) to its default; ``inputs`` turns a dataset's ``(input_shape, num_classes)`` into
-    the data-given options, whose names are ``input_keys``.
+    the data-given options, whose names are ``input_keys``. ``check(name, options)`` (optional)
+    raises ``LmcError`` for values that only this model rules out (ViT: heads must divide
+    width); it sees the registry defaults filled in under the options given. ``complete``
+    (optional) fills, in :func:`resolve_options`, the defaults that depend on other options
+    (ViT: the patch size from the image size), so a resolved config holds concrete values.
     """
 
     name: str
@@ -68,6 +74,8 @@ class ModelEntry:
     inputs: InputOptions
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    check: OptionCheck | None = None
+    complete: OptionFill | None = None
 
     @property
     def input_keys(self) -> tuple[str, ...]:
@@ -110,6 +118,8 @@ def register_model(
     inputs: InputOptions,
     options: Mapping[str, Any] | None = None,
     description: str = "",
+    check: OptionCheck | None = None,
+    complete: OptionFill | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Decorator registering ``factory`` as zoo model ``name`` (see :class:`ModelEntry`)."""
     if width not in WIDTH_KINDS:
@@ -117,7 +127,15 @@ def register_model(
 
     def decorate(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         MODELS[name] = ModelEntry(
-            name, factory, width, default_width, inputs, dict(options or {}), description
+            name,
+            factory,
+            width,
+            default_width,
+            inputs,
+            dict(options or {}),
+            description,
+            check,
+            complete,
         )
         return factory
 
@@ -162,6 +180,10 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
         )
     if "bias" in options and not isinstance(options["bias"], bool):
         raise LmcError(f"{name}: bias must be true or false, got {options['bias']!r}")
+    if entry.check is not None:
+        merged = {**entry.options, **options}
+        merged["width"] = entry.width_value(options.get("width", entry.default_width))
+        entry.check(name, merged)
 
 
 def resolve_options(
@@ -181,6 +203,8 @@ def resolve_options(
     if input_shape is not None and num_classes is not None:
         for key, value in entry.inputs(tuple(input_shape), num_classes).items():
             resolved.setdefault(key, value)
+    if entry.complete is not None:
+        resolved = entry.complete(resolved)
     check_options(name, resolved)
     return resolved
 

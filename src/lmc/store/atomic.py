@@ -154,6 +154,11 @@ def load_tensors(
     if not os.path.lexists(path):
         raise LmcError(f"{path} does not exist")
     check_regular_file(path, "tensor file")  # never hand a FIFO to safetensors
+    return load_regular_tensors(path, device)
+
+
+def load_regular_tensors(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """:func:`load_tensors` for a path already checked to be a regular file."""
     try:
         return load_file(str(path), device=str(device))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:

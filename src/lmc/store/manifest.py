@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +91,7 @@ def read_manifest(run_dir: str | os.PathLike) -> dict[str, dict[str, Any]] | Non
 def check_size(path: Path, record: dict[str, Any], st: os.stat_result | None = None) -> None:
     """``path`` is a regular file of the recorded size (a ``stat``, nothing read)."""
     if st is None:
-        if not os.path.lexists(path):
-            raise DamagedRunError(path, "missing (the manifest lists it)")
-        try:
-            st = check_regular_file(path, "run file")
-        except LmcError as exc:
-            raise DamagedRunError(path, str(exc)) from exc
+        st = _stat_listed(path)
     _check_length(path, st.st_size, record)
 
 
@@ -133,25 +129,25 @@ def read_checked(
     ``None`` is returned and the caller loads it from its path (saving a copy of its bytes)."""
     path = run_dir / name
     record = (manifest or {}).get(name)
-    if manifest is not None and record is not None and not os.path.lexists(path):
-        raise DamagedRunError(path, "missing (the manifest lists it)")
+    if record is not None:
+        st = _stat_listed(path)
+        check_size(path, record, st)
+        if st.st_size >= CACHED_BYTES:
+            cache = _read_cache(run_dir)
+            if _vouched(cache, name, record, st):
+                if vouched_ok:
+                    return None
+                record = None  # read, but not hashed again
     try:
         handle = open_regular(path, what)
     except LmcError as exc:
         if record is not None:
             raise DamagedRunError(path, str(exc)) from exc
         raise
-    cache: dict[str, Any] = {}
     with handle:
         st = os.fstat(handle.fileno())
         if record is not None:
             check_size(path, record, st)
-            if st.st_size >= CACHED_BYTES:
-                cache = _read_cache(run_dir)
-                if _vouched(cache, name, record, st):
-                    if vouched_ok:
-                        return None
-                    record = None  # read, but not hashed again
         try:
             data = handle.read()
         except OSError as exc:
@@ -159,29 +155,47 @@ def read_checked(
     if record is not None:
         check_data(path, data, record)
         if len(data) >= CACHED_BYTES:
-            _remember(run_dir, cache, {name: (record, st)})
+            _remember(run_dir, _read_cache(run_dir), {name: (record, st)})
     return data
 
 
+def _stat_listed(path: Path) -> os.stat_result:
+    """The stat of a file the manifest lists; missing or not regular is damage."""
+    try:
+        return check_regular_file(path, "run file")
+    except LmcError as exc:
+        if not os.path.lexists(path):
+            raise DamagedRunError(path, "missing (the manifest lists it)") from exc
+        raise DamagedRunError(path, str(exc)) from exc
+
+
 def verify_files(
-    run_dir: str | os.PathLike, manifest: dict[str, dict[str, Any]], *, use_cache: bool = True
+    run_dir: str | os.PathLike,
+    manifest: dict[str, dict[str, Any]],
+    *,
+    use_cache: bool = True,
+    skip: Collection[str] = (),
 ) -> list[DamagedRunError]:
-    """Hash every file the manifest lists (streamed; ``use_cache``: skip those the stat cache
-    vouches for, and remember the ones found whole). Returns the problems, one per file."""
+    """Hash every file the manifest lists but those in ``skip`` (streamed; ``use_cache``: not
+    those the stat cache vouches for, and remember the ones found whole). Returns the
+    problems, one per file."""
     run_dir = Path(run_dir)
     cache = _read_cache(run_dir) if use_cache else {}
     problems: list[DamagedRunError] = []
     fresh: dict[str, tuple[dict, os.stat_result]] = {}
     for name, record in manifest.items():
+        if name in skip:
+            continue
         path = run_dir / name
         try:
-            check_size(path, record)
+            st = _stat_listed(path)
+            check_size(path, record, st)
+            cacheable = use_cache and record["size"] >= CACHED_BYTES
+            if cacheable and _vouched(cache, name, record, st):
+                continue
             with open_regular(path, "run file") as handle:
                 st = os.fstat(handle.fileno())
                 check_size(path, record, st)
-                cacheable = use_cache and record["size"] >= CACHED_BYTES
-                if cacheable and _vouched(cache, name, record, st):
-                    continue
                 digest = hashlib.sha256()
                 while chunk := handle.read(_CHUNK):
                     digest.update(chunk)
@@ -190,7 +204,9 @@ def verify_files(
                 fresh[name] = (record, st)
         except DamagedRunError as exc:
             problems.append(exc)
-        except (LmcError, OSError) as exc:
+        except LmcError as exc:
+            problems.append(DamagedRunError(path, str(exc)))
+        except OSError as exc:
             problems.append(DamagedRunError(path, getattr(exc, "strerror", None) or str(exc)))
     if use_cache and fresh:
         _remember(run_dir, cache, fresh)

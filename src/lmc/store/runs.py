@@ -42,7 +42,7 @@ from torch import nn
 
 from lmc.config import LmcError, LmcWarning, check_regular_file, config_hash
 
-from .atomic import load_tensors, read_json, save_tensors, tensors_from_bytes, write_json
+from .atomic import load_regular_tensors, read_json, save_tensors, tensors_from_bytes, write_json
 from .manifest import (
     CACHE_FILE,
     MANIFEST_FILE,
@@ -98,7 +98,7 @@ class Run:
         path = self.path / MODEL_FILE
         data = read_checked(self.path, MODEL_FILE, self.manifest, "model file", vouched_ok=True)
         if data is None:  # vouched for by the stat cache: loaded straight from the file
-            return load_tensors(path, device=device)
+            return load_regular_tensors(path, device=device)
         return tensors_from_bytes(data, path, device)
 
     def verify(self) -> None:
@@ -274,9 +274,13 @@ def load_run(run_dir: str | os.PathLike, *, verify: bool = False) -> Run:
                 LmcWarning,
                 stacklevel=2,
             )
-    else:
+    elif not verify:  # verifying checks the sizes too
         check_sizes(run_dir, manifest)
     run = Run(run_dir, config, metrics, manifest)
-    if verify:
+    if verify and manifest is not None:  # config and metrics were hashed as they were read
+        problems = verify_files(run_dir, manifest, skip=(CONFIG_FILE, METRICS_FILE))
+        if problems:
+            raise problems[0]
+    elif verify:
         run.verify()
     return run

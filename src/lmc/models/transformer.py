@@ -1,0 +1,184 @@
+"""The pieces the zoo's transformers share: attention written out, the MLP, a pre-LN block.
+
+Tensors are (n, T, d): n sequences of T tokens with d = ``width`` features each, features
+last. Attention is spelled out (q, k, v Linear maps, a reshape to heads,
+``F.scaled_dot_product_attention``, heads merged back, an output Linear) rather than
+``nn.MultiheadAttention``, so every weight is a plain Linear the analysis and ``lmc.perm`` see.
+Forward passes branch on nothing but constructor settings, so ``torch.fx`` can trace them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmc.config import LmcError
+
+from .layers import make_activation
+from .probes import ProbePoint
+
+# weight layers along a block's longest path: v and the output projection, then fc1 and fc2
+LAYERS_PER_BLOCK = 4
+
+
+def hidden_units(width: int, mlp_ratio: float) -> int:
+    """Hidden units of a block's MLP: round(mlp_ratio x width), at least 1."""
+    return max(1, int(round(width * mlp_ratio)))
+
+
+def check_transformer(name: str, options: Mapping[str, Any]) -> None:
+    """``LmcError`` for the options every zoo transformer shares (``width``, ``heads``,
+    ``mlp_ratio``); ``options`` hold the registry defaults under the given ones."""
+    width, heads = options.get("width"), options.get("heads")
+    if isinstance(width, int) and isinstance(heads, int) and heads >= 1 and width % heads:
+        raise LmcError(
+            f"{name}: width (the embedding dimension, {width}) must be divisible by heads "
+            f"({heads})"
+        )
+    ratio = options.get("mlp_ratio")
+    if ratio is not None and (
+        isinstance(ratio, bool)
+        or not isinstance(ratio, (int, float))
+        or not math.isfinite(ratio)
+        or ratio <= 0
+    ):
+        raise LmcError(f"{name}: mlp_ratio must be a positive number, got {ratio!r}")
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention on (n, T, d).
+
+    ``fused=False``: three Linear maps ``q``, ``k``, ``v`` (d -> d); ``fused=True``: one Linear
+    ``qkv`` (d -> 3d) whose output is split into q, k, v (in that order). Each of q, k, v is
+    reshaped to (n, heads, T, d / heads); the heads compute softmax(q kᵀ / √(d / heads)) v,
+    where with ``causal=True`` token t attends only to tokens 0..t; the heads are merged back
+    to (n, T, d) and mapped by the Linear ``out``.
+    """
+
+    def __init__(
+        self, width: int, heads: int, *, bias: bool = True, causal: bool = False, fused: bool = False
+    ) -> None:
+        super().__init__()
+        if width % heads:
+            raise LmcError(f"width ({width}) must be divisible by heads ({heads})")
+        self.width, self.heads, self.head_dim = width, heads, width // heads
+        self.causal, self.fused = causal, fused
+        if fused:
+            self.qkv = nn.Linear(width, 3 * width, bias=bias)
+        else:
+            self.q = nn.Linear(width, width, bias=bias)
+            self.k = nn.Linear(width, width, bias=bias)
+            self.v = nn.Linear(width, width, bias=bias)
+        self.out = nn.Linear(width, width, bias=bias)
+
+    def _heads(self, t: torch.Tensor, n: Any, length: Any) -> torch.Tensor:
+        return t.view(n, length, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, length = x.shape[0], x.shape[1]
+        if self.fused:
+            q, k, v = self.qkv(x).split(self.width, dim=-1)
+        else:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        q, k, v = self._heads(q, n, length), self._heads(k, n, length), self._heads(v, n, length)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.out(y.transpose(1, 2).reshape(n, length, self.width))
+
+
+class FeedForward(nn.Module):
+    """The block's MLP: ``fc1`` (d -> hidden), ``act``, ``fc2`` (hidden -> d)."""
+
+    def __init__(self, width: int, hidden: int, activation: str, bias: bool) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(width, hidden, bias=bias)
+        self.act = make_activation(activation)
+        self.fc2 = nn.Linear(hidden, width, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x)).
+
+    Its output is the residual stream after the block. LayerNorms normalise over the d
+    features (with a bias only when ``bias``).
+    """
+
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        hidden: int,
+        *,
+        activation: str,
+        bias: bool,
+        causal: bool,
+        fused: bool,
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width, bias=bias)
+        self.attn = SelfAttention(width, heads, bias=bias, causal=causal, fused=fused)
+        self.norm2 = nn.LayerNorm(width, bias=bias)
+        self.mlp = FeedForward(width, hidden, activation, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+def make_blocks(
+    depth: int,
+    width: int,
+    heads: int,
+    mlp_ratio: float,
+    *,
+    activation: str,
+    bias: bool,
+    causal: bool,
+    fused: bool,
+) -> nn.Sequential:
+    """``depth`` blocks in an ``nn.Sequential`` (module names ``blocks.0`` ... by the caller)."""
+    hidden = hidden_units(width, mlp_ratio)
+    return nn.Sequential(
+        *[
+            Block(
+                width, heads, hidden, activation=activation, bias=bias, causal=causal, fused=fused
+            )
+            for _ in range(depth)
+        ]
+    )
+
+
+def block_probe_points(depth: int, prefix: str = "blocks") -> list[ProbePoint]:
+    """Per block i = 1..depth: ``mlp{i}`` (the MLP hidden units after the activation; weight
+    ``fc1``, pre-activation the activation's input) and ``block{i}`` (the residual stream after
+    the block), both in the ``tokens`` layout.
+
+    ``layer`` counts weight layers along the longest path: the embedding is layer 1 and each
+    block adds four (v, the output projection, fc1, fc2), so ``mlp{i}`` is layer 4i and
+    ``block{i}`` layer 4i + 1; the logits after ``depth`` blocks are layer 4 depth + 2.
+    """
+    points = []
+    for i in range(1, depth + 1):
+        base = f"{prefix}.{i - 1}"
+        points.append(
+            ProbePoint(
+                f"mlp{i}",
+                LAYERS_PER_BLOCK * i,
+                "hidden",
+                f"{base}.mlp.act",
+                f"{base}.mlp.fc1",
+                f"{base}.mlp.act",
+                layout="tokens",
+            )
+        )
+        points.append(
+            ProbePoint(f"block{i}", LAYERS_PER_BLOCK * i + 1, "block", base, layout="tokens")
+        )
+    return points
