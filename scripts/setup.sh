@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${LMC_VENV:-.venv}
-EXTRAS=${LMC_EXTRAS:-}
+EXTRAS=${LMC_EXTRAS:-}  # comma-separated extras of pyproject.toml, e.g. ray,hf,pandas
+EXTRAS=${EXTRAS// /}  # "ray, hf" works too
 
 if [ ! -x "$VENV/bin/python" ]; then
   if "$PY" -c "import torch" >/dev/null 2>&1; then

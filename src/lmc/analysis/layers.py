@@ -42,8 +42,13 @@ def has_norm(model: nn.Module) -> bool:
 
 
 def apply_weight(module: nn.Module, weight: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """W z without bias, with ``module``'s geometry (Linear, or Conv stride/padding/groups)."""
+    """W z without bias, with ``module``'s geometry (Linear, or Conv stride/padding/groups).
+
+    ``z`` is features first, as the analysis holds it: (n, d) or, for a Linear on tokens,
+    (n, d, *positions); the result keeps that layout."""
     if isinstance(module, nn.Linear):
+        if z.dim() > 2:
+            return F.linear(z.movedim(1, -1), weight).movedim(-1, 1)
         return F.linear(z, weight)
     return module._conv_forward(z, weight, None)
 

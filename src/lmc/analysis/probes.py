@@ -13,7 +13,13 @@ Zoo models declare their probe points (``lmc.models.probe_points``). For any oth
 
 Activations must be modules (``nn.ReLU()``), not functional calls (``F.relu``), to be found.
 The derived points use the same ``ProbePoint`` record as the zoo; ``layer`` counts weight
-modules 1..L along the order above.
+modules 1..L along the order above. With an example input, a layer whose weight module is an
+``nn.Linear`` fed more than two dims (n, T, d) -- a transformer's -- gets the ``tokens``
+layout: Linear maps act on the last dim, so its features are last.
+
+Layouts (``ProbePoint.layout``): the recorder hands every tensor on features-first, (n, d) or
+(n, d, *positions). A ``tokens`` point's (n, T, d) tensors become (n, d, T), so tokens are
+positions, exactly as the spatial positions of a convolution's feature map.
 
 A probe point gives up to three tensors per batch and model (see ``Capture``): the output
 f_l, the pre-activation z~_l (input of the activation module) and the layer input z_{l-1}
@@ -68,17 +74,21 @@ def resolve_probe_points(
     return derive_probe_points(model, example_input)
 
 
-def _execution_order(model: nn.Module, example_input: torch.Tensor) -> list[str]:
-    """Qualified names of leaf modules in the order a forward pass first calls them."""
+def _execution_order(
+    model: nn.Module, example_input: torch.Tensor
+) -> tuple[list[str], dict[str, int]]:
+    """Qualified names of leaf modules in the order a forward pass first calls them, and the
+    number of dims of each one's first input tensor at that call."""
     order: list[str] = []
-    seen: set[str] = set()
+    ndims: dict[str, int] = {}
     handles = []
     for name, module in model.named_modules():
         if name and not any(True for _ in module.children()):
 
-            def hook(_module, _inputs, name=name):
-                if name not in seen:
-                    seen.add(name)
+            def hook(_module, inputs, name=name):
+                if name not in ndims:
+                    first = inputs[0] if inputs else None
+                    ndims[name] = first.dim() if isinstance(first, torch.Tensor) else 0
                     order.append(name)
 
             handles.append(module.register_forward_pre_hook(hook))
@@ -88,7 +98,7 @@ def _execution_order(model: nn.Module, example_input: torch.Tensor) -> list[str]
     finally:
         for handle in handles:
             handle.remove()
-    return order
+    return order, ndims
 
 
 def derive_probe_points(
@@ -100,8 +110,9 @@ def derive_probe_points(
     it, module registration order is used. Raises ``LmcError`` for a model with no Linear/Conv.
     """
     modules = dict(model.named_modules())
+    ndims: dict[str, int] = {}
     if example_input is not None:
-        order = _execution_order(model, example_input)
+        order, ndims = _execution_order(model, example_input)
     else:
         order = [n for n, m in modules.items() if n and not any(True for _ in m.children())]
     weights = [n for n in order if isinstance(modules[n], WEIGHT_TYPES)]
@@ -112,25 +123,37 @@ def derive_probe_points(
         )
     points: list[ProbePoint] = []
     for layer, weight in enumerate(weights, start=1):
+        tokens = isinstance(modules[weight], nn.Linear) and ndims.get(weight, 2) > 2
+        layout = "tokens" if tokens else "channels"
         if layer == len(weights):
-            points.append(ProbePoint("logits", layer, "logits", weight, weight, None))
+            points.append(ProbePoint("logits", layer, "logits", weight, weight, None, layout))
             break
         start = order.index(weight) + 1
         stop = order.index(weights[layer])
         acts = [n for n in order[start:stop] if isinstance(modules[n], ACTIVATION_TYPES)]
+        name = f"layer{layer}"
         if acts:
-            points.append(ProbePoint(f"layer{layer}", layer, "hidden", acts[0], weight, acts[0]))
+            points.append(ProbePoint(name, layer, "hidden", acts[0], weight, acts[0], layout))
         else:
-            points.append(ProbePoint(f"layer{layer}", layer, "hidden", weight, weight, None))
+            points.append(ProbePoint(name, layer, "hidden", weight, weight, None, layout))
     return points
+
+
+def features_first(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """``tensor`` as the analysis reads it: unchanged for the ``channels`` layout; a
+    ``tokens`` tensor (n, T, d) as (n, d, T), a view (tokens become positions)."""
+    if layout == "tokens" and tensor.dim() > 2:
+        return tensor.movedim(-1, 1)
+    return tensor
 
 
 @dataclass
 class Capture:
-    """The tensors of one probe point for one model and one batch.
+    """The tensors of one probe point for one model and one batch, features first.
 
-    ``output``: f_l, shape (n, d) or (n, C, *spatial). ``pre``: z~_l (input of the activation)
-    or ``None``. ``inputs``: z_{l-1} (input of the weight module) or ``None``.
+    ``output``: f_l, shape (n, d) or (n, C, *spatial) (a ``tokens`` point's (n, T, d) as
+    (n, d, T)). ``pre``: z~_l (input of the activation) or ``None``. ``inputs``: z_{l-1}
+    (input of the weight module) or ``None``; same layout.
     """
 
     output: torch.Tensor | None = None
@@ -142,7 +165,8 @@ class Recorder:
     """Forward hooks on one model that keep the last batch's tensors of every probe point.
 
     Use as a context manager; ``captures[name]`` holds the ``Capture`` of probe point ``name``
-    after each forward pass. Only the current batch is held: nothing accumulates.
+    after each forward pass, features first (:func:`features_first`). Only the current batch is
+    held: nothing accumulates.
     """
 
     def __init__(self, model: nn.Module, points: list[ProbePoint]) -> None:
@@ -164,11 +188,12 @@ class Recorder:
     def __enter__(self) -> Recorder:
         for point in self.points:
             capture = self.captures.setdefault(point.name, Capture())
-            self._hook_output(self._modules[point.output], capture)
+            layout = point.layout
+            self._hook_output(self._modules[point.output], capture, layout)
             if point.preactivation is not None:
-                self._hook_input(self._modules[point.preactivation], capture, "pre")
+                self._hook_input(self._modules[point.preactivation], capture, "pre", layout)
             if point.weight is not None:
-                self._hook_input(self._modules[point.weight], capture, "inputs")
+                self._hook_input(self._modules[point.weight], capture, "inputs", layout)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -177,19 +202,19 @@ class Recorder:
         self._handles.clear()
         self.captures.clear()
 
-    def _hook_output(self, module: nn.Module, capture: Capture) -> None:
+    def _hook_output(self, module: nn.Module, capture: Capture, layout: str) -> None:
         def hook(_module, _inputs, output):
-            capture.output = output.detach()
+            capture.output = features_first(output.detach(), layout)
 
         self._handles.append(module.register_forward_hook(hook))
 
-    def _hook_input(self, module: nn.Module, capture: Capture, field: str) -> None:
+    def _hook_input(self, module: nn.Module, capture: Capture, field: str, layout: str) -> None:
         # An in-place module overwrites its input: keep a copy of it then.
         copy = bool(getattr(module, "inplace", False))
 
         def hook(_module, inputs):
             tensor = inputs[0].detach()
-            setattr(capture, field, tensor.clone() if copy else tensor)
+            setattr(capture, field, features_first(tensor.clone() if copy else tensor, layout))
 
         self._handles.append(module.register_forward_pre_hook(hook))
 

@@ -13,6 +13,7 @@ from lmc.config import LmcError
 from lmc.data import DATASETS
 from lmc.models import MODELS, get_model
 from lmc.models.layers import ACTIVATIONS, NORMS
+from lmc.models.vit import POOLS
 from lmc.store import RunStore, load_run
 from lmc.train import (
     OPTIMIZERS,
@@ -46,10 +47,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="MLP: hidden units (default 512); VGG/ResNet: channel multiplier over the "
-        "standard base widths (default 1)",
+        "standard base widths (default 1); ViT: embedding dimension (default 128)",
     )
     model.add_argument(
-        "--depth", type=int, default=None, help="MLP: number of hidden layers (default 3)"
+        "--depth",
+        type=int,
+        default=None,
+        help="MLP: number of hidden layers (default 3); ViT: transformer blocks (default 4)",
+    )
+    model.add_argument(
+        "--heads",
+        type=int,
+        default=None,
+        help="ViT: attention heads; must divide --width (default 4)",
+    )
+    model.add_argument(
+        "--patch",
+        type=int,
+        default=None,
+        help="ViT: patch size, dividing the image's sides (default 2 below 16 pixels, else 4)",
+    )
+    model.add_argument(
+        "--mlp-ratio",
+        type=float,
+        default=None,
+        help="ViT: MLP hidden units per embedding dimension (default 2)",
+    )
+    model.add_argument(
+        "--pool",
+        default=None,
+        choices=POOLS,
+        help="ViT: classify the class token (cls, default) or the mean over tokens",
     )
     model.add_argument(
         "--norm",
@@ -58,7 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="normalisation (default: none for MLP, batch for CNNs)",
     )
     model.add_argument(
-        "--activation", default=None, choices=ACTIVATIONS, help="activation (default relu)"
+        "--activation",
+        default=None,
+        choices=ACTIVATIONS,
+        help="activation (default relu; gelu for ViT)",
     )
     model.add_argument(
         "--no-bias",
@@ -151,6 +182,10 @@ MODEL_FLAGS = {
     "--depth": "depth",
     "--norm": "norm",
     "--activation": "activation",
+    "--heads": "heads",
+    "--patch": "patch",
+    "--mlp-ratio": "mlp_ratio",
+    "--pool": "pool",
 }
 
 

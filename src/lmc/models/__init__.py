@@ -1,4 +1,4 @@
-"""The model zoo: MLP, VGG-11/16 and ResNet-20 with width, norm, activation and bias options.
+"""The model zoo: MLP, VGG-11/16, ResNet-20, a ViT and a small causal GPT.
 
 Every architecture is one entry of the registry (:mod:`lmc.models.registry`): what its
 ``width`` means, its options with their defaults, and how its input options come from the
@@ -9,7 +9,10 @@ which the same architecture can be rebuilt; ``resolve_options`` completes a mode
 
 Widths: for ``mlp`` ``width`` is the number of hidden units; for ``vgg11``/``vgg16`` it
 multiplies the standard channels (64, 128, 256, 512); for ``resnet20`` it multiplies the
-stage channels (16, 32, 64).
+stage channels (16, 32, 64); for ``vit`` and ``gpt`` it is the embedding dimension (divisible
+by ``heads``). Transformers' probe points use the ``tokens`` layout (see
+:class:`ProbePoint`): the residual stream after each block and each block's MLP hidden units.
+``gpt`` takes token ids, which no lmc dataset holds: build it with ``vocab`` and ``context``.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from torch import nn
 
 from lmc.config import LmcError
 
+from . import gpt as _gpt  # noqa: F401
 from . import mlp as _mlp  # noqa: F401  (registers the zoo)
 from . import resnet as _resnet  # noqa: F401
 from . import vgg as _vgg  # noqa: F401
+from . import vit as _vit  # noqa: F401
 from .compare import check_same_architecture
+from .gpt import GPT
 from .init import initialize
 from .mlp import MLP
 from .modes import eval_mode, module_device, preserved_modes
@@ -40,6 +46,7 @@ from .registry import (
 )
 from .resnet import ResNet20
 from .vgg import VGG
+from .vit import ViT
 
 
 def probe_points(model: nn.Module) -> list[ProbePoint]:
@@ -57,12 +64,14 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
+    "GPT",
     "MLP",
     "MODELS",
     "ModelEntry",
     "ProbePoint",
     "ResNet20",
     "VGG",
+    "ViT",
     "build",
     "check_options",
     "check_same_architecture",

@@ -62,7 +62,8 @@ class ModelEntry:
     ``width``) to its default; ``inputs`` turns a dataset's ``(input_shape, num_classes)`` into
     the data-given options, whose names are ``input_keys``. ``check(name, options)`` (optional)
     raises ``LmcError`` for values that only this model rules out (ViT: heads must divide
-    width); it sees the registry defaults filled in under the options given. ``complete``
+    width); it sees the registry defaults filled in under the options given (``width`` only
+    when given: a study sets it per sweep point). ``complete``
     (optional) fills, in :func:`resolve_options`, the defaults that depend on other options
     (ViT: the patch size from the image size), so a resolved config holds concrete values.
     """
@@ -182,7 +183,8 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
         raise LmcError(f"{name}: bias must be true or false, got {options['bias']!r}")
     if entry.check is not None:
         merged = {**entry.options, **options}
-        merged["width"] = entry.width_value(options.get("width", entry.default_width))
+        if "width" in options:
+            merged["width"] = entry.width_value(options["width"])
         entry.check(name, merged)
 
 

@@ -37,8 +37,7 @@ def check_transformer(name: str, options: Mapping[str, Any]) -> None:
     width, heads = options.get("width"), options.get("heads")
     if isinstance(width, int) and isinstance(heads, int) and heads >= 1 and width % heads:
         raise LmcError(
-            f"{name}: width (the embedding dimension, {width}) must be divisible by heads "
-            f"({heads})"
+            f"{name}: width (the embedding dimension, {width}) must be divisible by heads ({heads})"
         )
     ratio = options.get("mlp_ratio")
     if ratio is not None and (
@@ -48,6 +47,15 @@ def check_transformer(name: str, options: Mapping[str, Any]) -> None:
         or ratio <= 0
     ):
         raise LmcError(f"{name}: mlp_ratio must be a positive number, got {ratio!r}")
+
+
+def complete_transformer(options: dict[str, Any]) -> dict[str, Any]:
+    """Resolved options with an integer ``mlp_ratio`` as a float (2 and 2.0: one config)."""
+    out = dict(options)
+    ratio = out.get("mlp_ratio")
+    if isinstance(ratio, int) and not isinstance(ratio, bool):
+        out["mlp_ratio"] = float(ratio)
+    return out
 
 
 class SelfAttention(nn.Module):
@@ -61,7 +69,13 @@ class SelfAttention(nn.Module):
     """
 
     def __init__(
-        self, width: int, heads: int, *, bias: bool = True, causal: bool = False, fused: bool = False
+        self,
+        width: int,
+        heads: int,
+        *,
+        bias: bool = True,
+        causal: bool = False,
+        fused: bool = False,
     ) -> None:
         super().__init__()
         if width % heads:

@@ -1,0 +1,174 @@
+"""A small causal GPT-style language model (token ids in, next-token logits out)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from lmc.config import LmcError
+
+from .probes import ProbePoint
+from .registry import register_model
+from .transformer import (
+    LAYERS_PER_BLOCK,
+    block_probe_points,
+    check_transformer,
+    complete_transformer,
+    make_blocks,
+)
+
+EMBED_STD = 0.02  # std of the token and position embeddings at initialisation (GPT-2's)
+
+
+def check_gpt(name: str, options: Mapping[str, Any]) -> None:
+    """``LmcError`` for GPT options out of range (besides the registry's generic checks)."""
+    check_transformer(name, options)
+    for key, minimum in (("vocab", 2), ("context", 1)):
+        value = options.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < minimum
+        ):
+            raise LmcError(f"{name}: {key} must be an integer >= {minimum}, got {value!r}")
+    if "tied" in options and not isinstance(options["tied"], bool):
+        raise LmcError(f"{name}: tied must be true or false, got {options['tied']!r}")
+
+
+def gpt_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
+    """A GPT's data-given options are ``vocab`` and ``context``, which only token data has:
+    lmc's datasets hold images and vectors, so this is always an ``LmcError``."""
+    raise LmcError(
+        f"gpt reads token ids (n, context) and predicts the next token at each position; "
+        f"lmc's datasets hold no token sequences (this one's examples have shape "
+        f"{tuple(input_shape)}): build it in Python with "
+        "lmc.models.build('gpt', vocab=V, context=T)"
+    )
+
+
+gpt_inputs.keys = ("vocab", "context")  # type: ignore[attr-defined]
+
+
+def _check_tokens(module: GPT, args: tuple) -> None:
+    """Forward pre-hook: one-line ``LmcError`` for input that is not (n, T <= context) ids."""
+    x = args[0] if args else None
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
+        what = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise LmcError(f"gpt: input must be integer token ids of shape (n, T), got {what}")
+    if x.shape[1] > module.context:
+        raise LmcError(f"gpt: {x.shape[1]} tokens exceed the context of {module.context}")
+
+
+class GPT(nn.Module):
+    """Token + learned position embeddings -> causal pre-LN blocks -> LayerNorm -> head.
+
+    Input: token ids (n, T), T <= ``context``. Output: logits (n, T, vocab); position t's
+    logits predict token t + 1 and depend only on tokens 0..t (causal attention). Attention
+    uses one fused Linear ``qkv`` (width -> 3·width) split into q, k, v. ``tied``: the head
+    (a bias-free Linear width -> vocab) uses the token embedding's weight (one tensor, two
+    names in the state dict: ``tok.weight`` and ``head.weight``); untied, it has its own.
+    No dropout.
+
+    Module names: ``tok``, ``pos`` (Embeddings), ``blocks.{i}`` (``norm1``, ``attn.qkv/out``,
+    ``norm2``, ``mlp.fc1/act/fc2``), ``norm``, ``head``.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab: int = 64,
+        context: int = 32,
+        width: int = 128,
+        depth: int = 2,
+        heads: int = 4,
+        mlp_ratio: float = 4.0,
+        tied: bool = True,
+        activation: str = "gelu",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        width = int(width)
+        check_gpt(
+            "gpt",
+            dict(
+                vocab=vocab,
+                context=context,
+                width=width,
+                heads=heads,
+                mlp_ratio=mlp_ratio,
+                tied=tied,
+            ),
+        )
+        self.vocab, self.context, self.width = vocab, context, width
+        self.depth, self.tied = depth, tied
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(context, width)
+        self.blocks = make_blocks(
+            depth,
+            width,
+            heads,
+            mlp_ratio,
+            activation=activation,
+            bias=bias,
+            causal=True,
+            fused=True,
+        )
+        self.norm = nn.LayerNorm(width, bias=bias)
+        self.head = nn.Linear(width, vocab, bias=False)
+        if tied:
+            self.head.weight = self.tok.weight
+        self.lmc_init(None)
+        self.register_forward_pre_hook(_check_tokens)
+
+    @torch.no_grad()
+    def lmc_init(self, generator: torch.Generator | None) -> None:
+        """Token and position embeddings ~ N(0, 0.02²) (called by ``initialize``; a tied head
+        shares the token embedding's draw, an untied one keeps its Linear default)."""
+        for param in (self.tok.weight, self.pos.weight):
+            draw = torch.empty(param.shape, dtype=param.dtype)
+            draw.normal_(0.0, EMBED_STD, generator=generator)
+            param.copy_(draw)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.blocks(self.tok(idx) + self.pos(positions))
+        return self.head(self.norm(x))
+
+    def probe_points(self) -> list[ProbePoint]:
+        """``mlp{i}`` and ``block{i}`` per block (see
+        :func:`lmc.models.transformer.block_probe_points`: tokens are positions), then the
+        ``logits`` (n, T, vocab), also in the tokens layout (vocab entries as units)."""
+        points = block_probe_points(self.depth)
+        points.append(
+            ProbePoint(
+                "logits",
+                LAYERS_PER_BLOCK * self.depth + 2,
+                "logits",
+                "head",
+                "head",
+                layout="tokens",
+            )
+        )
+        return points
+
+
+@register_model(
+    "gpt",
+    width="units",
+    default_width=128,
+    inputs=gpt_inputs,
+    options={
+        "depth": 2,
+        "heads": 4,
+        "mlp_ratio": 4.0,
+        "tied": True,
+        "activation": "gelu",
+        "bias": True,
+    },
+    description="causal GPT over token ids: width is the embedding dimension, depth the blocks",
+    check=check_gpt,
+    complete=complete_transformer,
+)
+def gpt(**options) -> GPT:
+    return GPT(**options)
