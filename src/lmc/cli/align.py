@@ -192,7 +192,6 @@ def _print_table(record: dict[str, Any], sizes: dict[str, int]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lmc.models import check_same_architecture
-    from lmc.perm import align
 
     if args.method not in METHODS:
         raise LmcError(f"unknown --method {args.method!r}: choose one of {', '.join(METHODS)}")
@@ -238,50 +237,17 @@ def run(args: argparse.Namespace) -> int:
     device = device_from(args)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
     check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
-    labels = None
     if args.method in ("activation", "ste"):
         data = dataset_for_config(run_a.config, args, device)
-        inputs, labels = data.x_train, data.y_train
-        if args.method == "activation" and settings["max_examples"]:
-            inputs = inputs[: settings["max_examples"]]
+        x_train, y_train = data.x_train, data.y_train
     else:
-        inputs = _example_input(run_a.config)
-    inputs = inputs.to(device)
+        x_train, y_train = _example_input(run_a.config), None
     start = time.perf_counter()
-    result = align(
-        args.method,
-        model_a,
-        model_b,
-        inputs=inputs,
-        labels=labels,
-        seed=args.seed,
-        quiet=args.quiet or args.json,
-        **settings,
+    result, info, record = _align_pair(
+        args, model_a, model_b, x_train.to(device), y_train, settings, run_a.name, run_b.name
     )
-    info = jsonable(result.info)
-    record = {
-        "method": args.method,
-        "seed": args.seed,
-        "reference": run_a.name,
-        "source": run_b.name,
-        "objective_before": info["objective_before"],
-        "objective_after": info["objective_after"],
-        "moved_fraction": info["moved_fraction"],
-        "seconds": info["seconds"],
-    }
     path = store.path_for(config)
-    summary = {
-        **record,
-        "groups": {
-            g: {
-                "size": n,
-                "moved_fraction": info["moved_fraction"][g],
-                "members": [f"{name}[{axis}]" for name, axis in result.spec.groups[g]],
-            }
-            for g, n in result.spec.group_sizes.items()
-        },
-        "convention": "new unit i of B is old unit perm[group][i]",
-    }
+    summary = _summary(record, result.spec)
     write_json(path / SUMMARY_FILE, summary)
     metrics = {
         "align": record,
@@ -299,6 +265,54 @@ def run(args: argparse.Namespace) -> int:
     _print_table(record, result.spec.group_sizes)
     print(saved.path)
     return 0
+
+
+def _align_pair(
+    args: argparse.Namespace,
+    model_a,
+    model_b,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor | None,
+    settings: dict[str, Any],
+    reference: str,
+    source: str,
+):
+    """Align B to A with ``args.method`` and return ``(result, info, record)``.
+
+    Activation matching and STE use the training examples (activation matching at most
+    ``settings["max_examples"]``) and STE their labels; weight matching and ``random`` need
+    only two examples to trace the model with."""
+    from lmc.perm import align
+
+    labels = None
+    if args.method in ("activation", "ste"):
+        inputs, labels = x_train, y_train
+        if args.method == "activation" and settings["max_examples"]:
+            inputs = inputs[: settings["max_examples"]]
+    else:
+        inputs = x_train[:2]
+    result = align(
+        args.method,
+        model_a,
+        model_b,
+        inputs=inputs,
+        labels=labels,
+        seed=args.seed,
+        quiet=args.quiet or args.json,
+        **settings,
+    )
+    info = jsonable(result.info)
+    record = {
+        "method": args.method,
+        "seed": args.seed,
+        "reference": reference,
+        "source": source,
+        "objective_before": info["objective_before"],
+        "objective_after": info["objective_after"],
+        "moved_fraction": info["moved_fraction"],
+        "seconds": info["seconds"],
+    }
+    return result, info, record
 
 
 def _perm_paths(out: Path) -> tuple[Path, Path]:
@@ -325,7 +339,6 @@ def _summary(record: dict[str, Any], spec) -> dict[str, Any]:
 def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     """Align two weight files of the user's model; write the aligned B as a weight file."""
     from lmc.models.factory import export_state
-    from lmc.perm import align
     from lmc.store import save_tensors
 
     if args.out is None or Path(args.out).suffix.lower() != ".safetensors":
@@ -337,36 +350,17 @@ def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     if out.resolve() in (Path(args.run_a).resolve(), Path(args.run_b).resolve()):
         raise LmcError(f"--out {out} would overwrite an input weight file; choose another name")
     pair = load_inputs(args, "alignment")
-    data = pair.data
-    labels = None
-    if args.method in ("activation", "ste"):
-        inputs, labels = data.x_train, data.y_train
-        if args.method == "activation" and settings["max_examples"]:
-            inputs = inputs[: settings["max_examples"]]
-    else:
-        inputs = data.x_train[:2]
     start = time.perf_counter()
-    result = align(
-        args.method,
+    result, info, record = _align_pair(
+        args,
         pair.model_a,
         pair.model_b,
-        inputs=inputs,
-        labels=labels,
-        seed=args.seed,
-        quiet=args.quiet or args.json,
-        **settings,
+        pair.data.x_train,
+        pair.data.y_train,
+        settings,
+        str(args.run_a),
+        str(args.run_b),
     )
-    info = jsonable(result.info)
-    record = {
-        "method": args.method,
-        "seed": args.seed,
-        "reference": str(args.run_a),
-        "source": str(args.run_b),
-        "objective_before": info["objective_before"],
-        "objective_after": info["objective_after"],
-        "moved_fraction": info["moved_fraction"],
-        "seconds": info["seconds"],
-    }
     perm_file, summary_file = _perm_paths(out)
     if out.parent != Path(""):
         out.parent.mkdir(parents=True, exist_ok=True)
