@@ -148,12 +148,25 @@ def test_write_pair_replaces_the_folder_whole(pair, tmp_path):
     result = run_pair(model_a, model_b, data, PairSettings(path=PathSettings(lambdas=3)))
     out = tmp_path / "out"
     out.mkdir()
-    (out / "stale.txt").write_text("from an earlier run")
+    (out / "summary.json").write_text("{}")  # an earlier pair output ...
+    (out / "stale.txt").write_text("from an earlier run")  # ... with a file this one lacks
     written = write_pair(result, out)
     files = ["curve.csv", "path.png", "path.svg", "summary.json"]
     assert sorted(p.name for p in written) == files
     assert sorted(p.name for p in out.iterdir()) == files
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary folder left
+
+
+def test_write_pair_never_replaces_a_folder_of_other_files(pair, tmp_path):
+    model_a, model_b, data = pair
+    result = run_pair(model_a, model_b, data, PairSettings(path=PathSettings(lambdas=3)))
+    out = tmp_path / "papers"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(LmcError, match="holds other files"):
+        write_pair(result, out)
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["papers"]
 
 
 def test_output_dir_refuses_a_file_and_leaves_nothing_on_error(tmp_path):

@@ -143,3 +143,39 @@ def test_study_idx_and_cifar_readers_refuse_fifos(tmp_path):
         (folder / name).write_bytes(b"")
     fifo = _fifo_at(folder / layout.files[0])
     _refused_within_a_second(fifo, lambda: read_cifar(folder, layout))
+
+
+def _results_folder(tmp_path):
+    (tmp_path / "results.csv").write_text(
+        "width,weight_decay,pair,method,lam,loss\n8,0.003,0,none,0.5,1.0\n"
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["results.csv", "study.toml"])
+def test_report_readers_refuse_fifos(tmp_path, name):
+    from lmc.report.results import load_results
+
+    fifo = _fifo_at(_results_folder(tmp_path) / name)
+    _refused_within_a_second(fifo, lambda: load_results(tmp_path))
+
+
+def test_report_notes_a_fifo_study_json_and_goes_on(tmp_path):
+    from lmc.report.results import load_results
+
+    fifo = _fifo_at(_results_folder(tmp_path) / "study.json")
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(r=load_results(tmp_path)), daemon=True)
+    thread.start()
+    thread.join(timeout=1.0)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("load_results waited on a FIFO study.json")
+    assert any("study.json" in note and "FIFO" in note for note in outcome["r"].notes)
+
+
+def test_user_data_file_as_fifo_is_refused(tmp_path):
+    from lmc.data.user_file import load_user_data
+
+    fifo = _fifo_at(tmp_path / "data.npz")
+    _refused_within_a_second(fifo, lambda: load_user_data(fifo))

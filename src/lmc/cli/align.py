@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError, environment_info
-from lmc.store import RunStore, load_run, write_json
+from lmc.store import RunStore, check_output_place, load_run, output_files, write_json
 
 from .common import (
     add_data_options,
@@ -223,7 +223,9 @@ def run(args: argparse.Namespace) -> int:
         },
     }
     store = RunStore(args.runs_dir)
-    existing = store.find(config)
+    existing = store.find_or_reopen(config, "aligning")
+    if existing is None:
+        store.check_writable()
     if existing is not None and "align" in existing.metrics:
         record = existing.metrics["align"]
         if args.json:
@@ -246,9 +248,6 @@ def run(args: argparse.Namespace) -> int:
     result, info, record = _align_pair(
         args, model_a, model_b, x_train.to(device), y_train, settings, run_a.name, run_b.name
     )
-    path = store.path_for(config)
-    summary = _summary(record, result.spec)
-    write_json(path / SUMMARY_FILE, summary)
     metrics = {
         "align": record,
         "info": info,
@@ -257,7 +256,11 @@ def run(args: argparse.Namespace) -> int:
         "wall_seconds": time.perf_counter() - start,
     }
     saved = store.save(
-        config, result.state_dict, metrics, extra_tensors={PERM_FILE: dict(result.perm)}
+        config,
+        result.state_dict,
+        metrics,
+        extra_tensors={PERM_FILE: dict(result.perm)},
+        extra_json={SUMMARY_FILE: _summary(record, result.spec)},
     )
     if args.json:
         emit_json({**_json_record(record, saved.path), "reused": False})
@@ -349,6 +352,9 @@ def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     out = Path(args.out)
     if out.resolve() in (Path(args.run_a).resolve(), Path(args.run_b).resolve()):
         raise LmcError(f"--out {out} would overwrite an input weight file; choose another name")
+    check_output_place(out.parent)
+    if out.is_dir():
+        raise LmcError(f"--out {out} is a folder; give a file name ending in .safetensors")
     pair = load_inputs(args, "alignment")
     start = time.perf_counter()
     result, info, record = _align_pair(
@@ -362,8 +368,6 @@ def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
         str(args.run_b),
     )
     perm_file, summary_file = _perm_paths(out)
-    if out.parent != Path(""):
-        out.parent.mkdir(parents=True, exist_ok=True)
     summary = {
         **_summary(record, result.spec),
         "settings": settings,
@@ -371,9 +375,10 @@ def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
         "environment": environment_info(device_from(args)),
         "wall_seconds": time.perf_counter() - start,
     }
-    save_tensors(out, export_state(pair.model_b, result.state_dict))
-    save_tensors(perm_file, dict(result.perm))
-    write_json(summary_file, summary)
+    with output_files(out.parent, [out.name, perm_file.name, summary_file.name]) as stage:
+        save_tensors(stage / out.name, export_state(pair.model_b, result.state_dict))
+        save_tensors(stage / perm_file.name, dict(result.perm))
+        write_json(stage / summary_file.name, summary)
     if args.json:
         keys = [k for k in _JSON_KEYS if k != "run_dir"]
         emit_json({"out": str(out), "perm": str(perm_file), **{k: record[k] for k in keys}})

@@ -88,8 +88,12 @@ def run(args: argparse.Namespace) -> int:
     from lmc.analysis.output import format_table
     from lmc.models import module_device
     from lmc.pair import run_pair, summary, write_pair
+    from lmc.pair.output import OUTPUT_MARKS
+    from lmc.store import check_output_place
 
     settings = settings_from_args(args)
+    if args.out:
+        check_output_place(args.out, replaces=OUTPUT_MARKS)  # before the work, not after it
     pair = load_inputs(args, "the analysis")
     model_a, model_b, data = pair.model_a, pair.model_b, pair.data
     result = run_pair(model_a, model_b, data, settings, quiet=args.quiet)

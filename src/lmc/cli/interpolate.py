@@ -177,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
     from lmc.models import module_device
     from lmc.pair import run_pair, write_pair
     from lmc.pair import summary as pair_summary
+    from lmc.pair.output import OUTPUT_MARKS
+    from lmc.store import check_output_place
 
     settings = settings_from_args(args)
     pair = load_inputs(args, "interpolation")
@@ -187,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         else Path("interpolations")
         / (f"{pair.name_a}__{pair.name_b}" + ("" if args.align == "none" else f"__{args.align}"))
     )
+    check_output_place(out, replaces=OUTPUT_MARKS)  # before the work, not after it
     result = run_pair(model_a, model_b, data, settings, quiet=args.quiet)
     meta = {
         **pair.meta,

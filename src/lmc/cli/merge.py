@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError, environment_info
-from lmc.store import RunStore, write_json
+from lmc.store import RunStore, check_output_place, output_dir, write_json
 
 from .common import (
     add_data_options,
@@ -144,8 +144,12 @@ def run(args: argparse.Namespace) -> int:
         "merge": {**settings, "runs": [r.name for r in runs]},
     }
     store = RunStore(args.runs_dir)
-    existing = store.find(config)
+    if args.out is not None:
+        check_output_place(args.out)
+    existing = store.find_or_reopen(config, "merging")
     device = device_from(args)
+    if existing is None:
+        store.check_writable()
     if existing is not None and "merge" in existing.metrics:
         record = existing.metrics["merge"]
         _report(args, record, existing.path, reused=True)
@@ -205,9 +209,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, record: dict[str, Any], path: Path, reused: bool) -> None:
     if args.out is not None:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / SUMMARY_FILE, {**record, "run_dir": str(path)})
+        with output_dir(args.out, replaces=(SUMMARY_FILE,)) as tmp:
+            write_json(tmp / SUMMARY_FILE, {**record, "run_dir": str(path)})
     if args.json:
         emit_json({**record, "run_dir": str(path), "reused": reused})
         return

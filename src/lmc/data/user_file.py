@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lmc.config import LmcError, LmcWarning, resolve_device
+from lmc.config import LmcError, LmcWarning, check_regular_file, resolve_device
 
 from .dataset import Dataset
 from .loaders import DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION, stratified_split
@@ -113,8 +113,7 @@ def load_user_data(
     docstring), on ``device``. ``name`` is the file's name, ``mean``/``std`` are 0 and 1 (the
     inputs are not normalised) and ``augment`` is off."""
     path = Path(path)
-    if not path.is_file():
-        raise LmcError(f"data file {path} does not exist")
+    check_regular_file(path, "data file")  # missing, a folder or a FIFO: one line, at once
     arrays = _read(path)
     held = ", ".join(sorted(arrays)) or "nothing"
     for key in ("x", "y"):

@@ -4,6 +4,7 @@ mean ± std over pairs that every summary uses."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lmc.config import LmcError
+from lmc.config import LmcError, read_regular_text
 
 # Columns kept as text; every other column is parsed as a number.
 TEXT_COLUMNS = frozenset({"dataset", "model", "method", "split", "bn", "name", "kind"})
@@ -56,10 +57,10 @@ def coerce_row(row: Mapping[str, Any]) -> dict[str, Any]:
 def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
     """A CSV file as a list of parsed rows (see ``coerce_row``)."""
     path = Path(path)
+    text = read_regular_text(path, "results file")  # never waits on a FIFO
     try:
-        with open(path, newline="") as handle:
-            return [coerce_row(row) for row in csv.DictReader(handle)]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        return [coerce_row(row) for row in csv.DictReader(io.StringIO(text, newline=""))]
+    except (csv.Error, ValueError) as exc:
         raise LmcError(f"cannot read {path} ({exc}); re-run `lmc sweep` to rewrite it") from exc
 
 

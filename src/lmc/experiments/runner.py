@@ -12,7 +12,14 @@ from tqdm.auto import tqdm
 
 from lmc.config import LmcError, environment_info
 from lmc.data import load
-from lmc.store import default_runs_dir, write_json, write_text
+from lmc.store import (
+    RunStore,
+    default_runs_dir,
+    made_folder,
+    output_files,
+    write_json,
+    write_text,
+)
 
 from .executors import Executor, LocalExecutor
 from .jobs import Context, describe, expand, is_done, load_job_result
@@ -40,9 +47,44 @@ def run_study(
     Finished training runs (in the run store) and finished merge jobs (in ``out_dir/jobs``)
     are reused, so an interrupted study resumes where it stopped and a larger grid only runs
     what is new. Returns the contents of ``study.json``.
+
+    Output places are checked before any work: ``out_dir`` (and the run store, when a run is
+    to be trained) must be writable folders (:func:`lmc.store.check_output_place`). A failure
+    leaves nothing behind in a folder this call made, unless merge jobs finished there (kept,
+    so a re-run resumes); the tidy results files replace earlier ones as one unit.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with made_folder(out, keep=_holds_finished_jobs):
+        return _run_study(
+            study,
+            out,
+            executor=executor,
+            runs_dir=runs_dir,
+            device=device,
+            data_dir=data_dir,
+            download=download,
+            quiet=quiet,
+            toml_text=toml_text,
+        )
+
+
+def _holds_finished_jobs(out: Path) -> bool:
+    jobs = out / "jobs"
+    return jobs.is_dir() and any(p.suffix == ".json" for p in jobs.iterdir())
+
+
+def _run_study(
+    study: dict[str, Any],
+    out: Path,
+    *,
+    executor: Executor | None,
+    runs_dir: str | Path | None,
+    device: str,
+    data_dir: str | None,
+    download: bool,
+    quiet: bool,
+    toml_text: str | None,
+) -> dict[str, Any]:
     executor = executor or LocalExecutor()
     workers = getattr(executor, "workers", 2)
     ctx = Context(
@@ -95,11 +137,14 @@ def run_study(
                 bar.update(1)
             else:
                 pending.append(job)
+        if any(job["type"] == "train" for job in pending):
+            RunStore(ctx.runs_dir).check_writable()
         for job, summary, error in executor.map(pending, ctx):
             bar.update(1)
             if error is not None:
                 failures.append(f"{_pair_key(job)} {describe(job)}: {error}")
-                bar.write(f"failed: {describe(job)}: {error}", file=sys.stderr)
+                if not quiet:  # the error raised at the end names the first failure
+                    bar.write(f"failed: {describe(job)}: {error}", file=sys.stderr)
                 continue
             counts["reused" if summary.get("reused") else "run"] += 1
             if not quiet:
@@ -116,7 +161,8 @@ def run_study(
             "(fix it and re-run: finished jobs are kept)"
         )
     results = [load_job_result(job, ctx) for job in merge_jobs]
-    files = write_results(out, study, results)
+    with output_files(out, None) as stage:  # the results files replace earlier ones together
+        files = {k: out / Path(v).name for k, v in write_results(stage, study, results).items()}
     record.update(
         {
             "status": "finished",

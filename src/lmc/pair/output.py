@@ -96,6 +96,10 @@ def curve_csv(result: PairResult) -> str:
     return buf.getvalue()
 
 
+#: Files whose presence marks a folder as an earlier pair output (so it may be replaced whole).
+OUTPUT_MARKS = (SUMMARY_FILE, CURVE_FILE)
+
+
 def write_pair(
     result: PairResult,
     out: str | os.PathLike,
@@ -115,7 +119,7 @@ def write_pair(
     out = Path(out)
     data = summary(result, {"out": str(out)}) if summary_data is None else summary_data
     names: list[str] = []
-    with output_dir(out) as tmp:
+    with output_dir(out, replaces=OUTPUT_MARKS) as tmp:
         if result.path is not None:
             write_text(tmp / CURVE_FILE, curve_csv(result))
             names.append(CURVE_FILE)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import progress
-from lmc.store import atomic_path, write_text
+from lmc.store import atomic_path, check_output_place, output_files, write_text
 
 from . import figures as F
 from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, to_html, to_markdown
@@ -305,6 +305,9 @@ def _readable(path: Path) -> None:
         pass
 
 
+FIGURE_DIR = "figures"
+
+
 # ---- the report -----------------------------------------------------------------------------
 class _Figures:
     """Renders figure jobs, writes the PNGs and turns results into blocks."""
@@ -589,12 +592,18 @@ def write_report(
     """
     res = load_results(results_dir)
     out = Path(out_dir) if out_dir is not None else res.path
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_place(out, "report folder")
     title = title or default_title(res)
-    blocks, figure_paths = build_blocks(res, title, out / "figures", quiet=quiet)
+    names = ("report.md", "report.html", FIGURE_DIR)
+    # report.md, report.html and figures/ replace an earlier report's as one unit; a failure
+    # (a full disk) leaves the folder as it was
+    with output_files(out, names) as stage:
+        (stage / FIGURE_DIR).mkdir()
+        blocks, staged = build_blocks(res, title, stage / FIGURE_DIR, quiet=quiet)
+        write_text(stage / "report.md", to_markdown(blocks))
+        write_text(stage / "report.html", to_html(blocks, title))
+        for name in ("report.md", "report.html"):
+            _readable(stage / name)
+    figure_paths = [str(out / FIGURE_DIR / Path(p).name) for p in staged]
     md_path, html_path = out / "report.md", out / "report.html"
-    write_text(md_path, to_markdown(blocks))
-    write_text(html_path, to_html(blocks, title))
-    for path in (md_path, html_path):
-        _readable(path)
     return {"report_md": str(md_path), "report_html": str(html_path), "figures": figure_paths}

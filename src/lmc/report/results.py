@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmc.config import LmcError
+from lmc.config import LmcError, read_regular_text
 from lmc.experiments.cells import (  # noqa: F401  (re-exported for the figures)
     INT_COLUMNS,
     METHOD_ORDER,
@@ -217,8 +217,8 @@ def _optional_json(path: Path, notes: list[str]) -> Any:
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(read_regular_text(path, path.name))
+    except (OSError, LmcError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         notes.append(f"`{path.name}` could not be read ({exc}); it was ignored.")
         return None
 
@@ -263,7 +263,7 @@ def load_results(results_dir: str | os.PathLike) -> Results:
         notes.append("`study.json` is not a JSON object; ignored.")
         study = {}
     toml_path = path / "study.toml"
-    toml = toml_path.read_text() if toml_path.exists() else None
+    toml = read_regular_text(toml_path, "study file") if toml_path.exists() else None
     layers = read_csv(path / "layers.csv") if (path / "layers.csv").exists() else None
     if layers is not None and (not layers or "layer" not in layers[0]):
         notes.append("`layers.csv` has no rows or no `layer` column; ignored.")

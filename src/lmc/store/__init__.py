@@ -2,9 +2,12 @@
 
 from .atomic import (
     atomic_path,
+    check_output_place,
     jsonable,
     load_tensors,
+    made_folder,
     output_dir,
+    output_files,
     read_json,
     save_tensors,
     tensors_from_bytes,
@@ -42,7 +45,10 @@ __all__ = [
     "jsonable",
     "load_run",
     "load_tensors",
+    "check_output_place",
+    "made_folder",
     "output_dir",
+    "output_files",
     "read_json",
     "read_manifest",
     "run_folders",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,57 +25,196 @@ from lmc.config import LmcError, check_regular_file, read_regular_bytes
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path``.
 
-    On any error the temporary file is removed and ``path`` is left as it was.
+    On any error the temporary file is removed and ``path`` is left as it was; an ``OSError``
+    (a full disk, a read-only file system) becomes an ``LmcError`` naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise LmcError(f"cannot write {path}: {exc.strerror or exc}") from exc
     os.close(fd)
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a read-only file system: name the file
+            raise LmcError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise
 
 
+def check_output_place(
+    path: str | os.PathLike, what: str = "output folder", *, replaces: tuple[str, ...] | None = None
+) -> Path:
+    """Refuse at once an output folder that cannot be written; returns ``path`` as a Path.
+
+    Checked before any work is done (so a long evaluation does not end in a traceback): a
+    ``path`` that is a file or a dangling symbolic link, an ancestor that is a file, a nearest
+    existing ancestor that cannot be written (a read-only file system, no permission) or whose
+    file system has no free space. With ``replaces`` (the folder is to be replaced whole, see
+    :func:`output_dir`), an existing folder must be empty or hold one of those files. Each is
+    an ``LmcError`` naming the path. Passing does not
+    promise the write succeeds (the disk may fill meanwhile): :func:`output_dir` and
+    :func:`made_folder` clean up when it does not.
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise LmcError(f"the {what} {path} is a dangling symbolic link; give a folder")
+    if path.exists() and not path.is_dir():
+        raise LmcError(f"the {what} {path} is a file, not a folder; give a folder")
+    if replaces is not None and path.is_dir() and any(path.iterdir()):
+        if not any((path / name).exists() for name in replaces):
+            marks = " or ".join(replaces) or "lmc's files"
+            raise LmcError(
+                f"the {what} {path} holds other files (no {marks}); lmc replaces it whole, "
+                "so give a new or empty folder"
+            )
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        raise LmcError(f"the {what} {path} cannot be made: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        reason = errno.EROFS if _read_only(existing) else errno.EACCES
+        raise LmcError(f"cannot write the {what} {path}: {existing}: {os.strerror(reason)}")
+    try:
+        fs = os.statvfs(existing)
+    except OSError:
+        return path
+    if fs.f_bavail == 0 or fs.f_favail == 0:
+        raise LmcError(f"cannot write the {what} {path}: {existing}: {os.strerror(errno.ENOSPC)}")
+    return path
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (as a file, folder or link)."""
+    path = path.absolute()
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 @contextmanager
-def output_dir(path: str | os.PathLike) -> Iterator[Path]:
+def made_folder(path: str | os.PathLike, *, keep: Callable[[Path], bool] | None = None):
+    """Create folder ``path`` (and missing parents) for the block; on an error, remove what
+    this call created, so a failed command leaves nothing behind.
+
+    ``keep(path)``, when given, is asked on an error first: work worth resuming (a whole
+    checkpoint, finished jobs) makes it return True, and the folder stays. Folders that
+    existed before are never removed. Yields ``path`` as a Path.
+    """
+    path = Path(path)
+    check_output_place(path)
+    top = _nearest_existing(path)
+    created = None if path.absolute() == top else _first_below(top, path.absolute())
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise LmcError(f"cannot make the folder {path}: {exc.strerror or exc}") from exc
+    try:
+        yield path
+    except BaseException:
+        if created is not None and not (keep is not None and keep(path)):
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def _first_below(top: Path, path: Path) -> Path:
+    """The child of ``top`` on the way down to ``path``."""
+    return top / path.relative_to(top).parts[0]
+
+
+@contextmanager
+def output_dir(path: str | os.PathLike, *, replaces: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield a fresh temporary folder beside ``path``; on success it replaces ``path`` whole.
 
     Whatever was in ``path`` before (an earlier run's outputs) is replaced as one unit, so a
     reader never sees new files beside stale ones, and on any error nothing is left behind:
-    ``path`` keeps its old contents. A ``path`` that exists and is not a folder, or a parent
-    that cannot be written (read-only, full disk), is an ``LmcError`` naming the path.
+    ``path`` keeps its old contents. ``path`` must be new, empty, or hold one of the files
+    named in ``replaces`` (the mark of an earlier output of the same kind): a folder of other
+    files is never replaced. A ``path`` that exists and is not a folder, or a parent that
+    cannot be written (read-only, full disk), is an ``LmcError`` naming the path.
     """
-    path = Path(path)
-    if path.is_symlink() and not path.exists():
-        raise LmcError(f"{path} is a dangling symbolic link; give a folder for the output")
-    if path.exists() and not path.is_dir():
-        raise LmcError(f"{path} is a file, not a folder; give a folder for the output")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    except OSError as exc:
-        raise LmcError(f"cannot write the output folder {path}: {exc.strerror or exc}") from exc
-    old = None
-    try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual permissions
-        if path.exists():
-            old = path.parent / f".{path.name}.{os.getpid()}.old"
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not path.exists():
-            os.replace(old, path)  # put the earlier outputs back
-        if isinstance(exc, OSError):
+    path = check_output_place(path, replaces=replaces)
+    with made_folder(path.parent):  # parents made here go again on an error
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        except OSError as exc:
             raise LmcError(f"cannot write the output folder {path}: {exc.strerror or exc}") from exc
-        raise
+        old = None
+        try:
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual permissions
+            if path.exists():
+                old = path.parent / f".{path.name}.{os.getpid()}.old"
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and not path.exists():
+                os.replace(old, path)  # put the earlier outputs back
+            if isinstance(exc, OSError):
+                raise LmcError(
+                    f"cannot write the output folder {path}: {exc.strerror or exc}"
+                ) from exc
+            raise
+
+
+@contextmanager
+def output_files(folder: str | os.PathLike, names: Sequence[str] | None) -> Iterator[Path]:
+    """Write several outputs that live beside other files in ``folder`` as one unit.
+
+    Yields a temporary folder inside ``folder`` (made, with missing parents, when needed);
+    the caller writes each of ``names`` (files or folders; ``None``: whatever it writes) into
+    it. On success each is moved over its place in ``folder`` (a folder replaced whole); on
+    any error the temporary folder goes, folders made here go, and ``folder`` keeps what it
+    held. Files in ``folder`` not
+    named are never touched (a report written beside the results it reads).
+    """
+    folder = check_output_place(folder)
+    for name in names or ():
+        target = folder / name
+        if target.is_symlink() and not target.exists():
+            raise LmcError(f"{target} is a dangling symbolic link; remove it or choose another")
+    with made_folder(folder):
+        try:
+            stage = Path(tempfile.mkdtemp(prefix=".lmc-", suffix=".tmp", dir=folder))
+        except OSError as exc:
+            raise LmcError(f"cannot write into {folder}: {exc.strerror or exc}") from exc
+        try:
+            yield stage
+            for name in sorted(p.name for p in stage.iterdir()) if names is None else names:
+                _move_into_place(stage / name, folder / name)
+        except BaseException as exc:
+            if isinstance(exc, OSError):
+                raise LmcError(f"cannot write into {folder}: {exc.strerror or exc}") from exc
+            raise
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move_into_place(source: Path, target: Path) -> None:
+    if not source.exists():
+        raise LmcError(f"{source.name} was not written")  # a bug in the caller, said plainly
+    if source.is_dir() and target.is_dir() and not target.is_symlink():
+        old = target.parent / f".{target.name}.{os.getpid()}.old"
+        os.replace(target, old)
+        os.replace(source, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(source, target)
 
 
 def _umask() -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,15 @@ from torch import nn
 
 from lmc.config import LmcError, LmcWarning, check_regular_file, config_hash
 
-from .atomic import load_regular_tensors, read_json, save_tensors, tensors_from_bytes, write_json
+from .atomic import (
+    check_output_place,
+    load_regular_tensors,
+    output_dir,
+    read_json,
+    save_tensors,
+    tensors_from_bytes,
+    write_json,
+)
 from .manifest import (
     CACHE_FILE,
     MANIFEST_FILE,
@@ -138,6 +147,11 @@ class RunStore:
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         self.root = Path(root) if root is not None else default_runs_dir()
 
+    def check_writable(self) -> Path:
+        """Refuse at once a store that cannot be written (a file, a dangling link, read-only,
+        a full disk): an ``LmcError`` naming it. Verbs that add runs call it before working."""
+        return check_output_place(self.root, "run store")
+
     def path_for(self, config: dict[str, Any]) -> Path:
         return self.root / run_name(config)
 
@@ -156,6 +170,17 @@ class RunStore:
         path = self.path_for(config)
         return load_run(path, verify=verify) if is_finished(path) else None
 
+    def find_or_reopen(self, config: dict[str, Any], action: str = "making") -> Run | None:
+        """:meth:`find`, except that a damaged run is said so on stderr (one line naming the
+        file, ending "``action`` the run again") and reopened (:meth:`reopen`), so the caller
+        makes it afresh: returns ``None`` then, as for a run never made."""
+        try:
+            return self.find(config)
+        except DamagedRunError as exc:
+            print(f"lmc: {exc}; {action} the run again", file=sys.stderr, flush=True)
+            self.reopen(config)
+            return None
+
     def reopen(self, config: dict[str, Any]) -> Path:
         """Mark the run for ``config`` unfinished so it is written again: its finishing mark
         (``metrics.json``) goes first, then its manifest, stat cache and weights. The config
@@ -171,24 +196,29 @@ class RunStore:
         state_dict: dict[str, torch.Tensor],
         metrics: dict[str, Any],
         extra_tensors: dict[str, dict[str, torch.Tensor]] | None = None,
+        extra_json: dict[str, Any] | None = None,
     ) -> Run:
         """Write a finished run: config, weights, metrics (the finishing mark), and last the
         manifest of their sizes and SHA-256 (hashed from the bytes written).
 
         ``extra_tensors`` maps further file names in the run folder to tensors (e.g. a
-        permutation saved beside an aligned model). An earlier run in the folder is unfinished
-        first, so no reader takes new files for the old run's or the other way round.
+        permutation saved beside an aligned model), ``extra_json`` further JSON files (a
+        summary); both are in the manifest. The folder is written whole beside its
+        place and renamed into it (:func:`lmc.store.output_dir`): it replaces what was there
+        (an unfinished run's config and checkpoint) as one unit, and a failure (a full disk)
+        leaves the folder as it was.
         """
         path = self.path_for(config)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / METRICS_FILE).unlink(missing_ok=True)
-        records = {CONFIG_FILE: write_json(path / CONFIG_FILE, config)}
-        records[MODEL_FILE] = save_tensors(path / MODEL_FILE, state_dict)
-        for filename, tensors in (extra_tensors or {}).items():
-            records[filename] = save_tensors(path / filename, tensors)
         metrics = {**metrics, "status": "finished", "manifest": MANIFEST_FILE}
-        records[METRICS_FILE] = write_json(path / METRICS_FILE, metrics)
-        write_manifest(path, records)
+        with output_dir(path, replaces=(CONFIG_FILE, METRICS_FILE, MANIFEST_FILE)) as tmp:
+            records = {CONFIG_FILE: write_json(tmp / CONFIG_FILE, config)}
+            records[MODEL_FILE] = save_tensors(tmp / MODEL_FILE, state_dict)
+            for filename, tensors in (extra_tensors or {}).items():
+                records[filename] = save_tensors(tmp / filename, tensors)
+            for filename, obj in (extra_json or {}).items():
+                records[filename] = write_json(tmp / filename, obj)
+            records[METRICS_FILE] = write_json(tmp / METRICS_FILE, metrics)
+            write_manifest(tmp, records)
         return Run(path, config, metrics, read_manifest(path))
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -11,7 +11,7 @@ import torch
 from lmc.config import LmcError, environment_info
 from lmc.data import Dataset, canonical_name, load
 from lmc.models import build, count_parameters, has_input_options, resolve_options
-from lmc.store import DamagedRunError, Run, RunStore
+from lmc.store import Run, RunStore, made_folder, write_json
 
 from .checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from .evaluate import evaluate
@@ -103,15 +103,11 @@ def train_run(
     bit-identical (on CPU) to an uninterrupted run; a checkpoint that is not whole is ignored
     with a warning (training starts from scratch).
     """
-    try:
-        found = store.find(config)
-    except DamagedRunError as exc:
-        print(f"lmc: {exc}; training the run again", file=sys.stderr, flush=True)
-        store.reopen(config)
-        found = None
+    found = store.find_or_reopen(config, "training")
     if found is not None:
         remove_checkpoint(found.path)  # left by a kill between the finish and its cleanup
         return found, True
+    store.check_writable()  # before the data is loaded, not after the training
     device = torch.device(device)
     if data is None:
         data = load(
@@ -121,11 +117,17 @@ def train_run(
             download=download,
             **config.get("dataset_options", {}),
         )
-    settings = settings_of(config)
     run_dir = store.path_for(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    from lmc.store import write_json
+    # a failure before the first whole checkpoint (a full disk) leaves no run folder behind
+    with made_folder(run_dir, keep=lambda path: load_checkpoint(path) is not None):
+        return _train_into(run_dir, config, store, data, device, quiet), False
 
+
+def _train_into(
+    run_dir: Path, config: dict[str, Any], store: RunStore, data: Dataset, device, quiet: bool
+) -> Run:
+    """Train ``config`` in its folder ``run_dir`` (resuming a checkpoint there); save it."""
+    settings = settings_of(config)
     write_json(run_dir / "config.json", config)
 
     model = build(config["model"], seed=settings.init_seed, **config["model_options"])
@@ -170,7 +172,7 @@ def train_run(
     }
     run = store.save(config, model.state_dict(), metrics)
     remove_checkpoint(run_dir)
-    return run, False
+    return run
 
 
 def _trunk(spawn: dict, model, data: Dataset, device, quiet: bool):
