@@ -16,7 +16,7 @@ import numpy as np
 from lmc.config import LmcError, read_regular_text
 
 # Columns kept as text; every other column is parsed as a number.
-TEXT_COLUMNS = frozenset({"dataset", "model", "method", "split", "bn", "name", "kind"})
+TEXT_COLUMNS = frozenset({"dataset", "model", "method", "split", "bn", "name", "kind", "variant"})
 INT_COLUMNS = frozenset({"pair", "layer", "pairs"})
 REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")
 # Canonical order of merge methods in figures and tables; unknown methods follow, sorted.
@@ -39,7 +39,8 @@ def number(value: Any) -> float:
 
 
 def coerce_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Parse one CSV row: text columns stay text, ``pair``/``layer`` become int, rest float."""
+    """Parse one CSV row: text columns stay text, ``pair``/``layer`` become int, the rest
+    float (empty or ``nan`` cells NaN); a cell that is not a number stays text."""
     out: dict[str, Any] = {}
     for key, value in row.items():
         if key is None:  # surplus cells of a ragged row
@@ -50,7 +51,12 @@ def coerce_row(row: Mapping[str, Any]) -> dict[str, Any]:
             v = number(value)
             out[key] = int(v) if math.isfinite(v) else -1
         else:
-            out[key] = number(value)
+            v = number(value)
+            text = "" if value is None else str(value).strip()
+            # a text cell of another column (a variant's activation, a calibration method)
+            # stays text rather than becoming NaN
+            unparsable = math.isnan(v) and text.lower() not in ("", "nan", "none", "null", "na")
+            out[key] = text if unparsable else v
     return out
 
 

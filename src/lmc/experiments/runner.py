@@ -21,9 +21,13 @@ from lmc.store import (
     write_text,
 )
 
+from .cells import read_csv
 from .executors import Executor, LocalExecutor
 from .jobs import Context, describe, expand, is_done, load_job_result
-from .results import write_results
+from .results import write_csv, write_results
+
+#: The record of a study with variants, in its output folder (its variants in subfolders).
+VARIANTS_FILE = "variants.json"
 
 
 def _now() -> str:
@@ -54,6 +58,16 @@ def run_study(
     so a re-run resumes); the tidy results files replace earlier ones as one unit.
     """
     out = Path(out_dir)
+    options = dict(
+        executor=executor,
+        runs_dir=runs_dir,
+        device=device,
+        data_dir=data_dir,
+        download=download,
+        quiet=quiet,
+    )
+    if "variants" in study:
+        return _run_variants(study, out, toml_text=toml_text, **options)
     with made_folder(out, keep=_holds_finished_jobs):
         return _run_study(
             study,
@@ -71,6 +85,48 @@ def run_study(
 def _holds_finished_jobs(out: Path) -> bool:
     jobs = out / "jobs"
     return jobs.is_dir() and any(p.suffix == ".json" for p in jobs.iterdir())
+
+
+def _run_variants(
+    study: dict[str, Any], out: Path, *, toml_text: str | None, **options: Any
+) -> dict[str, Any]:
+    """Run each variant of ``study`` (:mod:`lmc.experiments.variants`) into ``out/<variant>``,
+    then write ``variants.json`` and ``variants.csv`` (every variant's Table 1 rows)."""
+    from .variants import variant_rows
+
+    variants = study["variants"]
+
+    def keep(path: Path) -> bool:
+        return any(_holds_finished_jobs(path / v["name"]) for v in variants)
+
+    with made_folder(out, keep=keep):
+        started, wall = _now(), time.perf_counter()
+        records = []
+        for i, variant in enumerate(variants, start=1):
+            if not options["quiet"]:
+                print(f"variant {i}/{len(variants)}: {variant['name']}", file=sys.stderr)
+            records.append(run_study(variant["study"], out / variant["name"], **options))
+        tables = [read_csv(out / v["name"] / "table1.csv") for v in variants]
+        keys = sorted({k for v in variants for k in v["changed"]})
+        write_csv(out / "variants.csv", variant_rows(variants, tables), ["variant", *keys])
+        if toml_text is not None:
+            write_text(out / "study.toml", toml_text)
+        record = {
+            "name": study["name"],
+            "description": study["description"],
+            "variants": [
+                {"name": v["name"], "folder": v["name"], "changed": v["changed"]} for v in variants
+            ],
+            "started": started,
+            "finished": _now(),
+            "wall_seconds": time.perf_counter() - wall,
+            "jobs": {
+                key: sum(r["jobs"][key] for r in records) for key in ("total", "reused", "run")
+            },
+            "status": "finished",
+        }
+        write_json(out / VARIANTS_FILE, record)
+        return record
 
 
 def _run_study(

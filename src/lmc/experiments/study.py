@@ -273,7 +273,27 @@ def load_study(path_or_name: str | os.PathLike) -> tuple[dict[str, Any], str]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LmcError(f"{path} is not valid TOML: {exc}") from exc
-    return resolve(raw, source=str(path)), text
+    return resolve_file(raw, str(path)), text
+
+
+def resolve_file(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+    """Resolve a parsed study file: one study, or with ``[[variants]]`` the record
+    ``{"name", "description", "variants": [{"name", "changed", "study"}]}`` whose every
+    variant is resolved and validated here, before anything runs
+    (:mod:`lmc.experiments.variants`)."""
+    from .variants import split_variants
+
+    variants = split_variants(raw, source)
+    if not variants:
+        return resolve(raw, source=source)
+    return {
+        "name": variants[0][1]["name"].removesuffix(f"-{variants[0][0]}"),
+        "description": str(raw.get("description", "")),
+        "variants": [
+            {"name": name, "changed": changed, "study": resolve(study, source=source)}
+            for name, study, changed in variants
+        ],
+    }
 
 
 def recipes_dir() -> Path:

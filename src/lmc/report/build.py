@@ -17,6 +17,7 @@ from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, t
 from .results import Results, load_results, method_sort_key
 from .style import SCREEN_DPI, fmt_wd, fmt_width, method_style
 from .table import CALIBRATION_COLUMNS, merge_table1, table1
+from .variants import is_variants_folder, write_variants_report
 
 DASH = "—"
 
@@ -585,11 +586,15 @@ def write_report(
 
     Reads only the files ``lmc.experiments`` writes (``results.csv`` required; ``study.json``,
     ``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv``
-    optional): never trains or evaluates. ``out_dir`` defaults to ``results_dir``. Figures
-    that lack inputs are replaced by a note. Returns ``{"report_md": path, "report_html":
-    path, "figures": [png paths]}`` (each PNG's SVG is beside it, same stem). A folder without
+    optional): never trains or evaluates. A folder of a study with variants gets each
+    variant's report and an index (:mod:`lmc.report.variants`). ``out_dir`` defaults to
+    ``results_dir``. Figures that lack inputs are replaced by a note. Returns
+    ``{"report_md": path, "report_html": path, "figures": [png paths]}`` (each PNG's SVG is
+    beside it, same stem). A folder without
     ``results.csv`` is an ``LmcError``.
     """
+    if is_variants_folder(results_dir):  # a study with variants: theirs and an index
+        return write_variants_report(results_dir, out_dir=out_dir, title=title, quiet=quiet)
     res = load_results(results_dir)
     out = Path(out_dir) if out_dir is not None else res.path
     check_output_place(out, "report folder")

@@ -1,0 +1,125 @@
+"""The report of a study with variants: each variant's own report, and an index beside them.
+
+A results folder written by ``lmc sweep`` for a study with ``[[variants]]``
+(:mod:`lmc.experiments.variants`) holds ``variants.json``, ``variants.csv`` and one ordinary
+results folder per variant. :func:`write_variants_report` writes each variant's report in its
+folder (:func:`lmc.report.write_report`) and an index (``report.md``, ``report.html``): the
+variants, the settings each changes, and Table 1's headline columns across all of them
+(λ = ½, mean ± std over pairs), so a second axis (depth, activation) reads in one table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from lmc.config import LmcError
+from lmc.store import check_output_place, output_files, read_json, write_text
+
+from .document import Bullets, Heading, Para, Table, to_html, to_markdown
+
+VARIANTS_FILE = "variants.json"
+
+#: Table 1 columns shown across variants: (column in variants.csv, header, format).
+COLUMNS = (
+    ("width", "width", "{:g}"),
+    ("weight_decay", "weight decay", "{:g}"),
+    ("method", "method", "{}"),
+    ("endpoint_accuracy_mean", "endpoints", "{:.1%}"),
+    ("merged_accuracy_mean", "merged", "{:.1%}"),
+    ("calibrated_midpoint_loss_barrier_mean", "calibrated loss barrier (nats)", "{:.3f}"),
+    ("inverse_temperature_mean", "β(½)", "{:.2f}"),
+    ("ensemble_inverse_temperature_mean", "ensemble β(½)", "{:.2f}"),
+)
+
+
+def is_variants_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds the results of a study with variants."""
+    return (Path(path) / VARIANTS_FILE).is_file()
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value in (None, ""):
+        return "–"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "undefined"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def write_variants_report(
+    results_dir: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    title: str | None = None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """Write every variant's report and the index; returns the index's ``report_md`` and
+    ``report_html``, ``figures`` (every variant's) and ``variants`` (each variant's paths)."""
+    from lmc.experiments import read_csv
+
+    from .build import write_report
+
+    results = Path(results_dir)
+    out = Path(out_dir) if out_dir is not None else results
+    check_output_place(out, "report folder")
+    record = read_json(results / VARIANTS_FILE, "variants record")
+    variants = record.get("variants") if isinstance(record, dict) else None
+    if not isinstance(variants, list) or not variants:
+        raise LmcError(f"{results / VARIANTS_FILE} lists no variants; re-run `lmc sweep`")
+    written = {}
+    for v in variants:
+        written[v["name"]] = write_report(
+            results / v["folder"], out_dir=out / v["folder"], quiet=quiet
+        )
+    rows = read_csv(results / "variants.csv")
+    keys = sorted({k for v in variants for k in v.get("changed", {})})
+    title = title or f"Linear mode connectivity: {record.get('name', 'study')} (variants)"
+    blocks = [Heading(1, title)]
+    if record.get("description"):
+        blocks.append(Para(str(record["description"])))
+    blocks.append(
+        Para(
+            f"{len(variants)} variants of one study, each a full study with its own report "
+            f"(its folder's `report.html`); they differ only in {', '.join(keys)}."
+        )
+    )
+    blocks.append(
+        Bullets(
+            [
+                f"`{v['folder']}/report.html`: "
+                + ", ".join(f"{k} = {v['changed'][k]}" for k in sorted(v.get("changed", {})))
+                for v in variants
+            ]
+        )
+    )
+    blocks.append(Heading(2, "Table 1 across variants"))
+    header = ["variant", *keys, *(h for _, h, _ in COLUMNS)]
+    body = [
+        [str(r["variant"]), *(str(r.get(k, "")) for k in keys)]
+        + [_cell(r.get(col), fmt) for col, _, fmt in COLUMNS]
+        for r in rows
+    ]
+    blocks.append(
+        Table(
+            header,
+            body,
+            caption="λ = ½, means over pairs (each variant's Table 1 has the spreads); "
+            "the rows come from `variants.csv`.",
+            wide=True,
+        )
+    )
+    names = ("report.md", "report.html")
+    with output_files(out, names) as stage:
+        write_text(stage / "report.md", to_markdown(blocks))
+        write_text(stage / "report.html", to_html(blocks, title))
+    return {
+        "report_md": str(out / "report.md"),
+        "report_html": str(out / "report.html"),
+        "figures": [f for paths in written.values() for f in paths["figures"]],
+        "variants": written,
+    }
