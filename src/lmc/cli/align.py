@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError, environment_info
+from lmc.perm.alignment import METHODS as PERM_METHODS
 from lmc.store import RunStore, check_output_place, load_run, output_files, write_json
 
 from .common import (
@@ -47,7 +48,7 @@ from .common import (
     uses_own_model,
 )
 
-METHODS = ("weight", "activation", "ste", "random")
+METHODS = tuple(m for m in PERM_METHODS if m != "none")  # lmc.perm.align's, one list
 STATISTICS = ("correlation", "covariance")
 PERM_FILE = "perm.safetensors"
 SUMMARY_FILE = "perm.json"

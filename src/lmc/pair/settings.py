@@ -10,8 +10,10 @@ from typing import Any
 from lmc.config import LmcError
 from lmc.merge import BN_MODES
 from lmc.metrics import PathSettings
+from lmc.perm.alignment import METHODS as PERM_METHODS
 
-ALIGN_METHODS = ("none", "weight", "activation", "ste", "random")
+#: Alignment before the path: ``none`` first, then every method of :func:`lmc.perm.align`.
+ALIGN_METHODS = ("none", *(m for m in PERM_METHODS if m != "none"))
 BASELINES = ("none", "random-direction")
 SPLITS = ("test", "train")
 

@@ -35,7 +35,12 @@ from .ops import (
 from .spec import PermutationSpec, Segment, axis_index
 from .ste import SteMatchingResult, ste_matching
 from .trace import TraceResult, spec_from_model, trace_model
-from .weight_match import SimilarityMatrices, WeightMatchingResult, weight_matching
+from .weight_match import (
+    SimilarityMatrices,
+    WeightMatchingResult,
+    one_pass_matching,
+    weight_matching,
+)
 
 __all__ = [
     "METHODS",
@@ -65,4 +70,5 @@ __all__ = [
     "ste_matching",
     "trace_model",
     "weight_matching",
+    "one_pass_matching",
 ]

@@ -25,9 +25,9 @@ from .ops import (
 from .spec import PermutationSpec
 from .ste import ste_matching
 from .trace import spec_from_model
-from .weight_match import weight_matching
+from .weight_match import one_pass_matching, weight_matching
 
-METHODS = ("weight", "activation", "ste", "random", "none")
+METHODS = ("weight", "activation", "ste", "random", "onepass", "none")
 
 # settings each method accepts (besides ``spec``, a hand-written PermutationSpec)
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -42,6 +42,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "tol": 1e-4,
     },
     "random": {},
+    "onepass": {},
     "none": {},
 }
 
@@ -90,9 +91,11 @@ def align(
     ``method``: ``weight`` (weight matching; settings ``max_iter``, ``tol``), ``activation``
     (settings ``batch_size``, ``statistic`` = correlation|covariance, ``max_examples``),
     ``ste`` (settings ``steps``, ``lr``, ``batch_size``, ``holdout``, ``max_iter``, ``tol``; needs
-    ``labels``), ``random`` (a uniformly random valid permutation from ``seed``) or ``none``
-    (the identity). ``inputs``: training inputs; their first two rows are the example input
-    for deriving the spec from ``model_a`` (unless ``spec`` is given). Neither model is
+    ``labels``), ``onepass`` (Git Re-Basin's greedy one-pass baseline, App. A.7:
+    :func:`lmc.perm.one_pass_matching`), ``random`` (a uniformly random valid permutation
+    from ``seed``) or ``none`` (the identity). ``inputs``: training inputs; their first two
+    rows are the example input for deriving the spec from ``model_a`` (unless ``spec`` is
+    given). Neither model is
     modified. Models of different architectures raise ``LmcError`` naming the first
     difference (:func:`lmc.models.compare.check_same_architecture`: a zoo option, a tensor's
     name or shape, a submodule's type).
@@ -168,6 +171,8 @@ def align(
             if f.name != "perm":
                 value = getattr(ste, f.name)
                 extras[f"ste_{f.name}"] = list(value) if isinstance(value, tuple) else value
+    elif method == "onepass":
+        perm = one_pass_matching(spec, state_a, state_b).perm
     elif method == "random":
         perm = random_permutation(spec, seed)
     else:

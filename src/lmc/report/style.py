@@ -37,8 +37,9 @@ METHOD_STYLE = {
     "activation": ("#009E73", "^", "activation matching"),
     "ste": ("#CC79A7", "D", "straight-through estimator"),
     "random": ("#E69F00", "v", "random permutation"),
+    "onepass": ("#56B4E9", "P", "one-pass matching"),
 }
-_EXTRA = (("#56B4E9", "P"), ("#F0E442", "X"), ("#000000", "*"))
+_EXTRA = (("#F0E442", "X"), ("#000000", "*"), ("#999999", "h"))
 MODEL_COLOURS = {"a": "#0072B2", "b": "#E69F00"}
 REFERENCE = "#555555"
 
