@@ -15,12 +15,22 @@ number there can be re-derived from the committed files:
         pre-activations of each hidden layer (weak_additivity_cosine, lambda = 1/2) against
         width, beside the Gaussian limit (3/4 + 1/pi) / sqrt(1 + 1/pi) = 0.930
 
+    python scripts/question_figures.py depth        RESULTS_DIR  OUT.png
+        a study with depth variants (recipe question-depth): the midpoint's inverse
+        temperature over the ensemble's against depth, beside LEWC's 2^(L-1) = 2^depth, and
+        the merged logit norm over its LEWC prediction
+    python scripts/question_figures.py activations  RESULTS_DIR  OUT.png
+        a study with activation variants (recipe question-activations): the calibrated
+        midpoint barrier, the logits' LEWC cosine and the mean weak-additivity cosine of the
+        hidden layers against width, per activation
+
 Only unpermuted merges (method none) enter the logit-norm and weak-additivity figures: the
 quantities compare A's and B's units as they are, which is the width paper's setting.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections import defaultdict
@@ -168,6 +178,148 @@ def weak_additivity(results: Path, out: Path) -> None:
     save_figure(fig, out, ("png",))
 
 
+def _variants(results: Path) -> list[tuple[str, dict, Path]]:
+    """(name, changed settings, folder) of each variant of a study with variants."""
+    record = json.loads((results / "variants.json").read_text())
+    return [(v["name"], v["changed"], results / v["folder"]) for v in record["variants"]]
+
+
+def _pair_values(folder: Path, method: str, value) -> dict[float, list[float]]:
+    """{width: [value(row) per pair]} from a results folder's results.csv at lambda = 1/2."""
+    rows = [
+        r
+        for r in read_csv(folder / "results.csv")
+        if r["method"] == method and number(r["lam"]) == 0.5
+    ]
+    return _grouped(rows, lambda r: number(r["width"]), value)
+
+
+def _logit_ratio(folder: Path) -> dict[float, list[float]]:
+    return _grouped(
+        _logits_rows(folder),
+        lambda r: number(r["width"]),
+        lambda r: number(r["logit_norm"]) / number(r["logit_norm_lewc"]),
+    )
+
+
+def depth(results: Path, out: Path) -> None:
+    depths, beta, norm, barrier = [], [], [], []
+    for _, changed, folder in _variants(results):
+        d = int(changed["model.depth"])
+        ratio = _pair_values(
+            folder,
+            "none",
+            lambda r: number(r["inverse_temperature"]) / number(r["ensemble_inverse_temperature"]),
+        )
+        (values,) = ratio.values()  # one width
+        depths.append(d)
+        beta.append(_mean_std(values))
+        (norms,) = _logit_ratio(folder).values()
+        norm.append(_mean_std(norms))
+        (cal,) = _pair_values(
+            folder, "none", lambda r: number(r["calibrated_midpoint_loss_barrier"])
+        ).values()
+        barrier.append(_mean_std(cal))
+    order = np.argsort(depths)
+    depths = [depths[i] for i in order]
+    beta, norm, barrier = ([series[i] for i in order] for series in (beta, norm, barrier))
+    fig, axes = new_figure(1, 2, panel=(4.6, 3.4))
+    ax = axes[0, 0]
+    ax.errorbar(
+        depths, [m for m, _ in beta], yerr=[s for _, s in beta], marker="o", capsize=3,
+        label=r"measured $\beta(1/2)\,/\,\beta_{ens}(1/2)$",
+    )  # fmt: skip
+    ax.plot(depths, [2.0**d for d in depths], "k--", label=r"LEWC: $2^{L-1} = 2^{depth}$")
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel("midpoint β over the ensemble's")
+    ax = axes[0, 1]
+    ax.errorbar(depths, [m for m, _ in norm], yerr=[s for _, s in norm], marker="o", capsize=3)
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=0.9, label="LEWC holds exactly")
+    ax.set_ylabel(r"$E\|f(\theta_{1/2})\| \;/\; E\|(1/2)^L (f_A + f_B)\|$")
+    for ax in axes[0]:
+        ax.set_xlabel("depth (hidden layers)")
+        ax.set_xticks(depths)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for d, b, n, c in zip(depths, beta, norm, barrier):
+        print(
+            f"depth {d}: beta(1/2)/beta_ens(1/2) {b[0]:.2f} ± {b[1]:.2f} (LEWC {2**d}); "
+            f"logit norm / LEWC {n[0]:.3f} ± {n[1]:.3f}; calibrated midpoint barrier "
+            f"{c[0]:.3f} ± {c[1]:.3f} nats"
+        )
+    save_figure(fig, out, ("png",))
+
+
+def _hidden_weak_additivity(folder: Path) -> dict[float, list[float]]:
+    """{width: [mean over hidden layers of weak_additivity_cosine, per pair]}."""
+    rows = [
+        r
+        for r in read_csv(folder / "layers.csv")
+        if r["kind"] != "logits" and r["method"] == "none" and number(r["lam"]) == 0.5
+    ]
+    per_pair = _grouped(
+        rows,
+        lambda r: (number(r["width"]), int(r["pair"])),
+        lambda r: number(r["weak_additivity_cosine"]),
+    )
+    out: dict = defaultdict(list)
+    for (width, _), values in sorted(per_pair.items()):
+        out[width].append(float(np.mean(values)))
+    return out
+
+
+def _logits_lewc(folder: Path) -> dict[float, list[float]]:
+    return _grouped(
+        _logits_rows(folder), lambda r: number(r["width"]), lambda r: number(r["lewc_cosine"])
+    )
+
+
+def activations(results: Path, out: Path) -> None:
+    fig, axes = new_figure(1, 3, panel=(4.2, 3.4))
+    for i, (name, changed, folder) in enumerate(_variants(results)):
+        panels = (
+            _pair_values(folder, "none", lambda r: number(r["calibrated_midpoint_loss_barrier"])),
+            _logits_lewc(folder),
+            _hidden_weak_additivity(folder),
+        )
+        matched = _pair_values(
+            folder, "weight", lambda r: number(r["calibrated_midpoint_loss_barrier"])
+        )
+        label = str(changed.get("model.activation", name))
+        for ax, series in zip(axes[0], panels):
+            widths = sorted(series)
+            stats = [_mean_std(series[w]) for w in widths]
+            ax.errorbar(
+                widths, [m for m, _ in stats], yerr=[s for _, s in stats], color=f"C{i}",
+                marker="o", capsize=3, label=label,
+            )  # fmt: skip
+        widths = sorted(matched)
+        axes[0, 0].plot(
+            widths, [_mean_std(matched[w])[0] for w in widths], color=f"C{i}", linestyle=":"
+        )
+        for title, series in zip(("barrier", "LEWC cosine", "weak additivity"), panels):
+            cells = ", ".join(
+                f"{w:g}: {_mean_std(series[w])[0]:.3f} ± {_mean_std(series[w])[1]:.3f}"
+                for w in sorted(series)
+            )
+            print(f"{label}: {title} by width: {cells}")
+        cells = ", ".join(f"{w:g}: {_mean_std(matched[w])[0]:.3f}" for w in sorted(matched))
+        print(f"{label}: weight-matched barrier by width: {cells}")
+    titles = (
+        "calibrated midpoint barrier (nats)\n(dotted: weight matching)",
+        "LEWC cosine at the logits, λ = ½",
+        "weak-additivity cosine (hidden layers' mean)",
+    )
+    for ax, title in zip(axes[0], titles):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("width (hidden units per layer)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0, 2].axhline(GAUSSIAN_RELU_LIMIT, color="k", linestyle="--", linewidth=0.9)
+    axes[0, 0].legend(fontsize=7)
+    save_figure(fig, out, ("png",))
+
+
 def _layer_order(layer: str) -> tuple[int, str]:
     digits = "".join(ch for ch in layer if ch.isdigit())
     return (int(digits) if digits else 0, layer)
@@ -177,6 +329,8 @@ COMMANDS = {
     "random": random_permutations,
     "logit-norm": logit_norm,
     "weak-additivity": weak_additivity,
+    "depth": depth,
+    "activations": activations,
 }
 
 

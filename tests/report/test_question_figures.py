@@ -30,6 +30,7 @@ def _script():
         ("random", "question-random-permutations"),
         ("logit-norm", "lewc-fmnist-mlp-wide"),
         ("weak-additivity", "lewc-fmnist-mlp-wide"),
+        ("depth", "question-depth"),
     ],
 )
 def test_each_question_figure_is_drawn_from_committed_results(command, folder, tmp_path, capsys):
