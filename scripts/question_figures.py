@@ -59,6 +59,11 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return float(np.mean(finite)), float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0
 
 
+def _errorbar(ax, xs, stats: list[tuple[float, float]], **style) -> None:
+    """Means with their standard deviations as error bars."""
+    ax.errorbar(xs, [m for m, _ in stats], yerr=[s for _, s in stats], capsize=3, **style)
+
+
 def _grouped(rows, key, value) -> dict:
     """{key(row): [value(row), ...]} over the rows."""
     out: dict = defaultdict(list)
@@ -83,10 +88,15 @@ def random_permutations(results: Path, out: Path) -> None:
         accuracy = [_mean_std([100 * a for _, a in groups[(method, w)]]) for w in widths]
         color, line, marker = METHOD_STYLES[method]
         for ax, series in zip(axes[0], (barrier, accuracy)):
-            ax.errorbar(
-                widths, [m for m, _ in series], yerr=[s for _, s in series], color=color,
-                linestyle=line, marker=marker, capsize=3, label=METHOD_LABELS[method],
-            )  # fmt: skip
+            _errorbar(
+                ax,
+                widths,
+                series,
+                color=color,
+                linestyle=line,
+                marker=marker,
+                label=METHOD_LABELS[method],
+            )
         cells = ", ".join(
             f"{w:g}: {b[0]:.3f} ± {b[1]:.3f} nats / {a[0]:.1f} %"
             for w, b, a in zip(widths, barrier, accuracy)
@@ -123,10 +133,7 @@ def logit_norm(results: Path, out: Path) -> None:
     for i, wd in enumerate(sorted({wd for wd, _ in groups}, reverse=True)):
         widths = sorted(w for d, w in groups if d == wd)
         stats = [_mean_std(groups[(wd, w)]) for w in widths]
-        ax.errorbar(
-            widths, [m for m, _ in stats], yerr=[s for _, s in stats], color=f"C{i}",
-            marker="o", capsize=3, label=f"weight decay {wd:g}",
-        )  # fmt: skip
+        _errorbar(ax, widths, stats, color=f"C{i}", marker="o", label=f"weight decay {wd:g}")
         cells = ", ".join(f"{w:g}: {m:.3f} ± {s:.3f}" for w, (m, s) in zip(widths, stats))
         print(f"wd {wd:g}: merged logit norm / LEWC prediction at lambda 1/2 by width: {cells}")
     ax.axhline(1.0, color="k", linewidth=0.9, linestyle="--", label="LEWC holds exactly")
@@ -159,10 +166,7 @@ def weak_additivity(results: Path, out: Path) -> None:
         for j, layer in enumerate(layers):
             widths = sorted(w for d, name, w in groups if d == wd and name == layer)
             stats = [_mean_std(groups[(wd, layer, w)]) for w in widths]
-            ax.errorbar(
-                widths, [m for m, _ in stats], yerr=[s for _, s in stats], color=f"C{j}",
-                marker="o", capsize=3, label=f"layer {layer}",
-            )  # fmt: skip
+            _errorbar(ax, widths, stats, color=f"C{j}", marker="o", label=f"layer {layer}")
             cells = ", ".join(f"{w:g}: {m:.4f}" for w, (m, _) in zip(widths, stats))
             print(f"wd {wd:g} layer {layer}: weak-additivity cosine by width: {cells}")
         ax.axhline(
@@ -225,15 +229,12 @@ def depth(results: Path, out: Path) -> None:
     beta, norm, barrier = ([series[i] for i in order] for series in (beta, norm, barrier))
     fig, axes = new_figure(1, 2, panel=(4.6, 3.4))
     ax = axes[0, 0]
-    ax.errorbar(
-        depths, [m for m, _ in beta], yerr=[s for _, s in beta], marker="o", capsize=3,
-        label=r"measured $\beta(1/2)\,/\,\beta_{ens}(1/2)$",
-    )  # fmt: skip
+    _errorbar(ax, depths, beta, marker="o", label=r"measured $\beta(1/2)\,/\,\beta_{ens}(1/2)$")
     ax.plot(depths, [2.0**d for d in depths], "k--", label=r"LEWC: $2^{L-1} = 2^{depth}$")
     ax.set_yscale("log", base=2)
     ax.set_ylabel("midpoint β over the ensemble's")
     ax = axes[0, 1]
-    ax.errorbar(depths, [m for m, _ in norm], yerr=[s for _, s in norm], marker="o", capsize=3)
+    _errorbar(ax, depths, norm, marker="o")
     ax.axhline(1.0, color="k", linestyle="--", linewidth=0.9, label="LEWC holds exactly")
     ax.set_ylabel(r"$E\|f(\theta_{1/2})\| \;/\; E\|(1/2)^L (f_A + f_B)\|$")
     for ax in axes[0]:
@@ -289,10 +290,7 @@ def activations(results: Path, out: Path) -> None:
         for ax, series in zip(axes[0], panels):
             widths = sorted(series)
             stats = [_mean_std(series[w]) for w in widths]
-            ax.errorbar(
-                widths, [m for m, _ in stats], yerr=[s for _, s in stats], color=f"C{i}",
-                marker="o", capsize=3, label=label,
-            )  # fmt: skip
+            _errorbar(ax, widths, stats, color=f"C{i}", marker="o", label=label)
         widths = sorted(matched)
         axes[0, 0].plot(
             widths, [_mean_std(matched[w])[0] for w in widths], color=f"C{i}", linestyle=":"

@@ -69,17 +69,7 @@ def run_study(
     if "variants" in study:
         return _run_variants(study, out, toml_text=toml_text, **options)
     with made_folder(out, keep=_holds_finished_jobs):
-        return _run_study(
-            study,
-            out,
-            executor=executor,
-            runs_dir=runs_dir,
-            device=device,
-            data_dir=data_dir,
-            download=download,
-            quiet=quiet,
-            toml_text=toml_text,
-        )
+        return _run_study(study, out, toml_text=toml_text, **options)
 
 
 def _holds_finished_jobs(out: Path) -> bool:
