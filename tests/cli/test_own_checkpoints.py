@@ -337,7 +337,7 @@ def test_load_user_data_splits_and_validates(tmp_path):
     np.savez(tmp_path / "extra.npz", x=x, y=y, names=np.arange(3))
     with pytest.warns(LmcWarning, match="ignoring key"):
         load_user_data(tmp_path / "extra.npz")
-    with pytest.raises(LmcError, match="does not exist"):
+    with pytest.raises(LmcError, match="none.npz: no such file"):
         load_user_data(tmp_path / "none.npz")
 
 

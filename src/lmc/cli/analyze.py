@@ -6,8 +6,10 @@ For every probe point (hidden layer, ResNet block, logits) and every λ on the p
 agreement of the activation, reciprocal orthogonality, commutativity, second-moment and
 spectral low-rank summaries, and the logits' norms against LEWC's prediction. Statistics are
 streamed over the split; definitions in docs/science.md ("Layerwise connectivity"). The work
-is done by lmc.pair (the same code as a sweep's merge job). With --out, writes layers.csv,
-summary.json, units.safetensors and figures (cosines.png, moments.png, spectra.png).
+is done by lmc.pair (the same code as a sweep's merge job). Prints a compact table (ten
+columns, a legend naming each one's record key under it); every record in full is in --json,
+and with --out in layers.csv, beside summary.json, units.safetensors and figures (cosines.png,
+moments.png, spectra.png).
 With --model-factory (or --hf-model) and --data, RUN_A and RUN_B are weight files of your own
 model.
 """
@@ -15,7 +17,10 @@ model.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import textwrap
+from typing import Any
 
 from lmc.config import environment_info
 from lmc.merge import BN_MODES
@@ -32,6 +37,90 @@ from .common import (
     load_inputs,
     parse_float_list,
 )
+
+#: The printed table's columns: (title, record key). The legend under the table names each
+#: title's record key, defined in docs/science.md ("Layerwise connectivity"). Every column of
+#: the full records (lmc.analysis.RECORD_KEYS) is in layers.csv (--out) and in --json.
+COMPACT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("layer", "name"),
+    ("lam", "lam"),
+    ("LEWC cos", "lewc_cosine"),
+    ("LEWC err", "lewc_relative_error"),
+    ("LLFC cos", "llfc_cosine"),
+    ("A-B cos", "endpoint_cosine"),
+    ("weak-add", "weak_additivity_cosine"),
+    ("signs", "sign_agreement"),
+    ("recip", "reciprocal_ratio"),
+    ("comm", "commutativity_relative"),
+)
+#: A few words after the record keys that need them.
+COLUMN_NOTES = {"name": "probe point", "lam": "theta(lam) = (1-lam) theta_A + lam theta_B"}
+#: Longest layer name printed whole; longer ones keep their end ("..." + tail).
+NAME_CHARS = 16
+TABLE_WIDTH = 100
+
+
+def _short(value: Any) -> str:
+    """A cell of at most 6 characters (full precision stays in layers.csv / --json)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if (value != 0 and abs(value) < 5e-4) or abs(value) >= 1e5:
+        return f"{value:.0e}"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.0f}"
+
+
+def _name(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= NAME_CHARS else "..." + text[-(NAME_CHARS - 3) :]
+
+
+def compact_table(records: list[dict[str, Any]]) -> str:
+    """The printed summary of an analysis: one row per record (λ outer, layer inner) with the
+    :data:`COMPACT_COLUMNS`, a legend naming each column's record key (wrapped to
+    :data:`TABLE_WIDTH` columns), and the logits' norms per λ. Fits in 100 columns."""
+    header = [title for title, _ in COMPACT_COLUMNS]
+    rows = [
+        [
+            _name(r[key]) if key == "name" else f"{r[key]:g}" if key == "lam" else _short(r[key])
+            for _, key in COMPACT_COLUMNS
+        ]
+        for r in records
+    ]
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    for r in records:
+        if r["kind"] == "logits" and r.get("logit_norm") is not None:
+            lines.append(
+                f"lam={r['lam']:g}: mean logit norm: merged {_short(r['logit_norm'])}, "
+                f"A {_short(r['logit_norm_a'])}, B {_short(r['logit_norm_b'])}, "
+                f"LEWC prediction {_short(r['logit_norm_lewc'])}"
+            )
+    lines += legend()
+    return "\n".join(lines)
+
+
+def legend() -> list[str]:
+    """The lines under the table: each column's ``title = record key`` (the keys of
+    layers.csv, defined in docs/science.md), then where the full records are; wrapped to
+    :data:`TABLE_WIDTH`, continuation lines indented."""
+    parts = [
+        f"{title} = {key}" + (f" ({COLUMN_NOTES[key]})" if key in COLUMN_NOTES else "")
+        for title, key in COMPACT_COLUMNS
+    ]
+    text = (
+        "Columns = record keys (docs/science.md, Layerwise connectivity): "
+        + "; ".join(parts)
+        + "; - = undefined here. All columns at full precision: layers.csv (--out) or --json."
+    )
+    return textwrap.wrap(text, TABLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +174,6 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from lmc.analysis.output import format_table
     from lmc.models import module_device
     from lmc.pair import run_pair, summary, write_pair
     from lmc.pair.output import OUTPUT_MARKS
@@ -112,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         f"biases: {'yes' if analysis.settings['has_bias'] else 'no'}; "
         f"Thm 5.4 Gaussian limit {data_summary['theory']['gaussian_relu_limit']:.4f}"
     )
-    print(format_table(analysis.records))
+    print(compact_table(analysis.records))
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0

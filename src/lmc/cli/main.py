@@ -28,7 +28,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows an option's default only where it says something (not None or a False flag)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or "(default" in (action.help or ""):
+        # ``in (None, False)`` would also hide 0 and 0.0 (0 == False): compare identities
+        if action.default is None or action.default is False or "(default" in (action.help or ""):
             return action.help or ""
         return super()._get_help_string(action)
 

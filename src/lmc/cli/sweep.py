@@ -5,6 +5,8 @@ runs come from the run store and finished merges from OUT/jobs, so an interrupte
 resumes where it stopped and a larger grid runs only what is new. Writes results.csv,
 layers.csv, table1.csv, moments.json, spectra.json and study.json into OUT, then the report
 (report.md, report.html) unless --no-report. The report path is the last line on stdout.
+With --log tensorboard every model the sweep trains writes TensorBoard events into
+LOG_DIR/<run folder name> (default LOG_DIR: OUT/tb); runs reused from the store write none.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from lmc.experiments import list_recipes, load_study, make_executor, run_study
 
 from .common import add_data_options, add_device_option, add_runs_dir_option, emit_json
+from .train import add_log_options, log_dir_from
 
 
 def add_execution_options(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +48,10 @@ def add_execution_options(parser: argparse.ArgumentParser) -> None:
         help="ray: address of an existing cluster (e.g. auto, ray://host:10001)",
     )
     parser.add_argument(
-        "--num-gpus", type=float, default=0.0, help="ray: GPUs per job (use with --device cuda)"
+        "--num-gpus",
+        type=float,
+        default=0.0,
+        help="ray: GPUs per job (use with --device cuda) (default: 0)",
     )
     parser.add_argument("--no-report", action="store_true", help="do not write the report")
     parser.add_argument("--quiet", action="store_true", help="no progress bars or job lines")
@@ -63,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output folder (default: results/<study name>)")
     add_execution_options(parser)
     add_runs_dir_option(parser)
+    add_log_options(parser, "OUT/tb")
     add_data_options(parser)
     add_device_option(parser)
 
@@ -71,6 +78,7 @@ def execute(study: dict, text: str | None, out: Path, args: argparse.Namespace) 
     """Run the study and (unless --no-report) write its report; shared with ``lmc demo``."""
     from .common import device_from
 
+    log_dir = log_dir_from(args, out / "tb")
     device = str(device_from(args))
     executor = make_executor(
         args.executor,
@@ -89,6 +97,7 @@ def execute(study: dict, text: str | None, out: Path, args: argparse.Namespace) 
         download=args.download,
         quiet=args.quiet,
         toml_text=text,
+        log_dir=log_dir,
     )
     if not args.no_report:
         from lmc.report import write_report

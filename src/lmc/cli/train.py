@@ -3,18 +3,21 @@
 The run folder is named by a hash of everything that changes the weights (dataset, model and
 its options, the training recipe, both seeds). A finished run with the same config is reused;
 an interrupted one resumes from its last epoch. The run folder is the last line on stdout.
+With --log tensorboard each trained epoch's scalars go to LOG_DIR/<run folder name> (logging
+does not change the run's config or folder).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from lmc.config import LmcError
 from lmc.data import DATASETS
 from lmc.models import MODELS, get_model
 from lmc.models.layers import ACTIVATIONS, NORMS
 from lmc.models.vit import POOLS
-from lmc.store import RunStore, load_run
+from lmc.store import RunStore, default_runs_dir, load_run
 from lmc.train import (
     OPTIMIZERS,
     PRECISIONS,
@@ -24,6 +27,7 @@ from lmc.train import (
     spawn_config,
     train_run,
 )
+from lmc.train.tblog import check_log_dir, require_tensorboard
 
 from .common import (
     add_data_options,
@@ -36,6 +40,8 @@ from .common import (
 )
 
 DEFAULTS = TrainSettings()
+# TrainSettings.augment None: the dataset's default (random crop + flip on CIFAR only)
+AUGMENT_DEFAULT = "(default: on for CIFAR, off otherwise)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,13 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup-epochs",
         type=float,
         default=DEFAULTS.warmup_epochs,
-        help="linear warm-up epochs (cosine/constant)",
+        help=f"linear warm-up epochs (cosine/constant) (default: {DEFAULTS.warmup_epochs:g})",
     )
     recipe.add_argument(
         "--label-smoothing",
         type=float,
         default=DEFAULTS.label_smoothing,
-        help="label smoothing (0 = off)",
+        help=f"label smoothing (0 = off) (default: {DEFAULTS.label_smoothing:g})",
     )
     recipe.add_argument(
         "--precision",
@@ -144,15 +150,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="augment",
         action="store_true",
         default=None,
-        help="random crop + flip (default: on for CIFAR only)",
+        help=f"random crop + flip {AUGMENT_DEFAULT}",
     )
-    aug.add_argument("--no-augment", dest="augment", action="store_false", help="no augmentation")
+    aug.add_argument(
+        "--no-augment",
+        dest="augment",
+        action="store_false",
+        help=f"no augmentation {AUGMENT_DEFAULT}",
+    )
 
     seeds = parser.add_argument_group("seeds and spawning")
-    seeds.add_argument("--seed", type=int, default=0, help="sets both seeds below")
-    seeds.add_argument("--init-seed", type=int, default=None, help="seed of the initial weights")
     seeds.add_argument(
-        "--data-seed", type=int, default=None, help="seed of the data order and augmentation"
+        "--seed",
+        type=int,
+        default=DEFAULTS.init_seed,
+        help=f"sets both seeds below (default: {DEFAULTS.init_seed})",
+    )
+    seeds.add_argument(
+        "--init-seed", type=int, default=None, help="seed of the initial weights (default: --seed)"
+    )
+    seeds.add_argument(
+        "--data-seed",
+        type=int,
+        default=None,
+        help="seed of the data order and augmentation (default: --seed)",
     )
     seeds.add_argument(
         "--spawn-from",
@@ -171,9 +192,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     add_runs_dir_option(parser)
+    add_log_options(parser, "the run store's tb folder (RUNS_DIR/tb)")
     add_data_options(parser)
     add_device_option(parser)
     add_output_options(parser)
+
+
+LOGS = ("none", "tensorboard")
+
+
+def add_log_options(parser: argparse.ArgumentParser, default_dir: str) -> None:
+    """``--log {none,tensorboard}`` and ``--log-dir DIR`` (shared with ``lmc sweep``)."""
+    group = parser.add_argument_group("logging")
+    group.add_argument(
+        "--log",
+        default="none",
+        choices=LOGS,
+        help="tensorboard: write each trained epoch's scalars (train/loss, test/accuracy, "
+        "train/lr, ...) as TensorBoard events into LOG_DIR/<run folder name>; a reused run "
+        "writes none. Needs the tensorboard package (pip install 'lmc[tensorboard]')",
+    )
+    group.add_argument(
+        "--log-dir",
+        default=None,
+        metavar="LOG_DIR",
+        help=f"where --log tensorboard writes (default: {default_dir}); "
+        "view with: tensorboard --logdir LOG_DIR",
+    )
+
+
+def log_dir_from(args: argparse.Namespace, default: Path) -> Path | None:
+    """The TensorBoard folder the flags ask for (``None`` without ``--log tensorboard``),
+    checked before any work: the package is installed and the folder is not a file."""
+    if getattr(args, "log", "none") == "none":
+        if getattr(args, "log_dir", None) is not None:
+            raise LmcError("--log-dir needs --log tensorboard")
+        return None
+    require_tensorboard()
+    return check_log_dir(args.log_dir if args.log_dir is not None else default)
 
 
 # the model flags of `lmc train`: flag -> option name (each passed only when given)
@@ -233,14 +289,18 @@ def config_from_args(args: argparse.Namespace, data=None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    runs_dir = Path(args.runs_dir) if args.runs_dir is not None else default_runs_dir()
+    log_dir = log_dir_from(args, runs_dir / "tb")
     device = device_from(args)
     data = None
     if args.spawn_from is None:
         data = dataset_for_config({"dataset": args.dataset, "dataset_options": {}}, args, device)
     config = config_from_args(args, data)
     data = data or dataset_for_config(config, args, device)
-    store = RunStore(args.runs_dir)
-    run_result, reused = train_run(config, store=store, device=device, quiet=args.quiet, data=data)
+    store = RunStore(runs_dir)
+    run_result, reused = train_run(
+        config, store=store, device=device, quiet=args.quiet, data=data, log_dir=log_dir
+    )
     metrics = run_result.metrics
     if args.json:
         emit_json(

@@ -11,6 +11,8 @@ different ``threads`` may change the last bits."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -21,10 +23,45 @@ from .jobs import Context, run_job
 Outcome = tuple[dict, dict | None, BaseException | None]
 
 
+#: Seconds between a pool worker's checks that its parent is still alive.
+ORPHAN_POLL_S = 0.5
+
+
 def _worker_init(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+def _exit_when_orphaned(parent_pid: int, poll_s: float) -> None:
+    """Poll until this process's parent is no longer ``parent_pid``, then exit at once.
+
+    A dead parent's children are re-parented (to init or a subreaper), so ``os.getppid()``
+    changes when the parent dies, however it dies (SIGKILL included). ``os._exit`` ends the
+    process even while the main thread is inside a job. Exit status 70 (EX_SOFTWARE)."""
+    while os.getppid() == parent_pid:
+        time.sleep(poll_s)
+    os._exit(70)
+
+
+def _pool_worker_init(threads: int, parent_pid: int, poll_s: float = ORPHAN_POLL_S) -> None:
+    """Initializer of a local pool worker: fix the PyTorch thread count, and start a daemon
+    watchdog thread that ends the worker within ``poll_s`` seconds of its parent's death.
+
+    Without it, a worker whose parent was killed with SIGKILL blocks forever on the pool's
+    call queue (it holds that pipe's write end itself, so it never sees end-of-file).
+    ``parent_pid`` is recorded by the parent (``os.getpid()`` there), so a parent that died
+    before this initializer ran is noticed too. Polling is used rather than Linux's
+    ``PR_SET_PDEATHSIG``, which fires when the parent *thread* that started the worker exits
+    (the pool may start workers from a thread) and is not portable."""
+    _worker_init(threads)
+    watchdog = threading.Thread(
+        target=_exit_when_orphaned,
+        args=(parent_pid, poll_s),
+        name="lmc-orphan-watchdog",
+        daemon=True,
+    )
+    watchdog.start()
 
 
 def _run_with_threads(job: dict, ctx: Context, threads: int) -> dict:
@@ -55,7 +92,9 @@ def _check_threads(threads: int | None) -> int:
 
 class LocalExecutor:
     """Runs jobs in this process (``workers=1``) or in a pool of ``workers`` processes, each
-    job with ``threads`` PyTorch threads (default 1, so results do not depend on ``workers``)."""
+    job with ``threads`` PyTorch threads (default 1, so results do not depend on ``workers``).
+    Pool workers exit within about ``ORPHAN_POLL_S`` seconds if this process dies (even by
+    SIGKILL), rather than being left blocked."""
 
     name = "local"
 
@@ -81,8 +120,8 @@ class LocalExecutor:
         pool = ProcessPoolExecutor(
             max_workers=min(self.workers, len(jobs)),
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_worker_init,
-            initargs=(threads,),
+            initializer=_pool_worker_init,
+            initargs=(threads, os.getpid()),
         )
         with pool:
             futures = {pool.submit(run_job, job, ctx): job for job in jobs}

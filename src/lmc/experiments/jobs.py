@@ -22,7 +22,11 @@ from lmc.train import make_config, spawn_config, train_run
 
 @dataclass(frozen=True)
 class Context:
-    """Where and how jobs run (nothing here changes a result)."""
+    """Where and how jobs run (nothing here changes a result).
+
+    ``log_dir``: when set, each training job that trains (not one reused from the store)
+    writes TensorBoard events into ``log_dir/<run folder name>`` (``lmc sweep --log
+    tensorboard``; see :func:`lmc.train.train_run`)."""
 
     runs_dir: str
     out_dir: str
@@ -30,6 +34,7 @@ class Context:
     data_dir: str | None = None
     download: bool = False
     quiet: bool = True
+    log_dir: str | None = None
 
     def jobs_dir(self) -> Path:
         return Path(self.out_dir) / "jobs"
@@ -160,6 +165,7 @@ def run_job(job: dict, ctx: Context) -> dict[str, Any]:
             device=resolve_device(ctx.device),
             quiet=ctx.quiet,
             data=data,
+            log_dir=ctx.log_dir,
         )
         return {
             "id": job["id"],

@@ -45,12 +45,14 @@ def run_study(
     download: bool = False,
     quiet: bool = False,
     toml_text: str | None = None,
+    log_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run ``study`` (a resolved study, see :mod:`lmc.experiments.study`) into ``out_dir``.
 
     Finished training runs (in the run store) and finished merge jobs (in ``out_dir/jobs``)
     are reused, so an interrupted study resumes where it stopped and a larger grid only runs
-    what is new. Returns the contents of ``study.json``.
+    what is new. Returns the contents of ``study.json``. ``log_dir``: TensorBoard events of
+    every model the study trains go to ``log_dir/<run folder name>`` (none for reused runs).
 
     Output places are checked before any work: ``out_dir`` (and the run store, when a run is
     to be trained) must be writable folders (:func:`lmc.store.check_output_place`). A failure
@@ -65,6 +67,7 @@ def run_study(
         data_dir=data_dir,
         download=download,
         quiet=quiet,
+        log_dir=None if log_dir is None else str(Path(log_dir).absolute()),
     )
     if "variants" in study:
         return _run_variants(study, out, toml_text=toml_text, **options)
@@ -130,6 +133,7 @@ def _run_study(
     download: bool,
     quiet: bool,
     toml_text: str | None,
+    log_dir: str | None,
 ) -> dict[str, Any]:
     executor = executor or LocalExecutor()
     workers = getattr(executor, "workers", 2)
@@ -140,6 +144,7 @@ def _run_study(
         data_dir=data_dir,
         download=download,
         quiet=quiet or workers > 1,
+        log_dir=log_dir,
     )
     started, wall = _now(), time.perf_counter()
     data = load(

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lmc.config import LmcError, check_finite, progress
+from lmc.config import LmcError, check_finite
+from lmc.config.progress import complete, progress_bar
 from lmc.models.compare import check_same_architecture
 
 from .heads import head_value, nested_assignment, nested_of
@@ -311,46 +312,52 @@ def weight_matching(
     assignments = 0
     converged = False
     passes = 0
-    for _ in progress(range(max_iter), quiet=quiet, desc="weight matching"):
-        passes += 1
-        gained = 0.0
-        steps = 0
-        for gi in torch.randperm(len(names), generator=gen).tolist():
-            g = names[gi]
-            members = [g, *nested.get(g, [])]
-            changed = [sim.update(m, dev_perm) for m in members]
-            if any(changed):
-                dirty[g] = True
-            if not dirty[g]:
-                continue  # S_g is what it was at the last assignment: same answer
-            dirty[g] = False
-            if g in nested:
-                n_heads = sizes[g]
-                head_s = sim.matrix(g) if sim.terms[g] else None
-                inner = [sim.matrix(m) for m in nested[g]]
-                head, flats, new_value = nested_assignment(head_s, inner, n_heads)
-                assignments += 1
-                old_value = head_value(head_s, inner, dev_perm[g], [dev_perm[m] for m in nested[g]])
-                new_perm = dict(zip(members, [head, *flats]))
-            else:
-                s = sim.matrix(g)
-                new = linear_assignment(s)
-                assignments += 1
-                rows = torch.arange(s.shape[0], device=s.device)
-                old_value = float(s[rows, dev_perm[g]].sum())
-                new_value = float(s[rows, new.to(s.device)].sum())
-                new_perm = {g: new}
-            if new_value - old_value > _STEP_TOL * max(abs(old_value), math.ulp(1.0)):
-                for m, p in new_perm.items():
-                    perm[m] = p
-                    dev_perm[m] = p.to(device)
-                gained += new_value - old_value
-                steps += 1
-        objective += gained
-        per_pass.append(objective)
-        if steps == 0 or gained <= tol * max(abs(objective), math.ulp(1.0)):
-            converged = True
-            break
+    # a bar advanced by hand: it ends full (complete) when the descent converges early
+    with progress_bar(max_iter, quiet=quiet, desc="weight matching", unit="pass") as bar:
+        for _ in range(max_iter):
+            passes += 1
+            gained = 0.0
+            steps = 0
+            for gi in torch.randperm(len(names), generator=gen).tolist():
+                g = names[gi]
+                members = [g, *nested.get(g, [])]
+                changed = [sim.update(m, dev_perm) for m in members]
+                if any(changed):
+                    dirty[g] = True
+                if not dirty[g]:
+                    continue  # S_g is what it was at the last assignment: same answer
+                dirty[g] = False
+                if g in nested:
+                    n_heads = sizes[g]
+                    head_s = sim.matrix(g) if sim.terms[g] else None
+                    inner = [sim.matrix(m) for m in nested[g]]
+                    head, flats, new_value = nested_assignment(head_s, inner, n_heads)
+                    assignments += 1
+                    old_value = head_value(
+                        head_s, inner, dev_perm[g], [dev_perm[m] for m in nested[g]]
+                    )
+                    new_perm = dict(zip(members, [head, *flats]))
+                else:
+                    s = sim.matrix(g)
+                    new = linear_assignment(s)
+                    assignments += 1
+                    rows = torch.arange(s.shape[0], device=s.device)
+                    old_value = float(s[rows, dev_perm[g]].sum())
+                    new_value = float(s[rows, new.to(s.device)].sum())
+                    new_perm = {g: new}
+                if new_value - old_value > _STEP_TOL * max(abs(old_value), math.ulp(1.0)):
+                    for m, p in new_perm.items():
+                        perm[m] = p
+                        dev_perm[m] = p.to(device)
+                    gained += new_value - old_value
+                    steps += 1
+            objective += gained
+            per_pass.append(objective)
+            bar.update(1)
+            if steps == 0 or gained <= tol * max(abs(objective), math.ulp(1.0)):
+                converged = True
+                break
+        complete(bar, f"converged in pass {passes}" if converged else "max_iter reached")
     return WeightMatchingResult(
         perm=perm,
         objective_before=objective_before,

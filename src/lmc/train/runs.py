@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from .checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from .evaluate import evaluate
 from .loop import fit
 from .settings import TrainSettings
+from .tblog import TensorBoardLogger, chain_hooks, check_log_dir, require_tensorboard
 
 
 def make_config(
@@ -93,8 +95,17 @@ def train_run(
     data_dir: str | None = None,
     download: bool = False,
     data: Dataset | None = None,
+    log_dir: str | os.PathLike | None = None,
 ) -> tuple[Run, bool]:
     """Train the run ``config`` into ``store``; return ``(run, reused)``.
+
+    ``log_dir``: when given, TensorBoard scalars of every epoch trained by this call
+    (:class:`lmc.train.tblog.TensorBoardLogger`, steps = 1-based epochs) go to
+    ``log_dir / <run folder name>``, written after each epoch's checkpoint; the writer is closed
+    at the end, also on error. A reused run writes no events, and a resumed one logs only the
+    epochs it trains. Logging is not part of the config: the run folder is the same with or
+    without it. A missing ``tensorboard`` package or a ``log_dir`` that is a file is a one-line
+    ``LmcError`` before anything is created.
 
     A finished run is reused as it is, once every file has been checked against its
     manifest. A damaged one (a file cut short, changed, or a config that no longer hashes to
@@ -107,6 +118,9 @@ def train_run(
     if found is not None:
         remove_checkpoint(found.path)  # left by a kill between the finish and its cleanup
         return found, True
+    if log_dir is not None:
+        require_tensorboard()
+        log_dir = check_log_dir(check_log_dir(log_dir) / store.path_for(config).name)
     store.check_writable()  # before the data is loaded, not after the training
     device = torch.device(device)
     if data is None:
@@ -120,13 +134,20 @@ def train_run(
     run_dir = store.path_for(config)
     # a failure before the first whole checkpoint (a full disk) leaves no run folder behind
     with made_folder(run_dir, keep=lambda path: load_checkpoint(path) is not None):
-        return _train_into(run_dir, config, store, data, device, quiet), False
+        return _train_into(run_dir, config, store, data, device, quiet, log_dir), False
 
 
 def _train_into(
-    run_dir: Path, config: dict[str, Any], store: RunStore, data: Dataset, device, quiet: bool
+    run_dir: Path,
+    config: dict[str, Any],
+    store: RunStore,
+    data: Dataset,
+    device,
+    quiet: bool,
+    log_dir: Path | None = None,
 ) -> Run:
-    """Train ``config`` in its folder ``run_dir`` (resuming a checkpoint there); save it."""
+    """Train ``config`` in its folder ``run_dir`` (resuming a checkpoint there); save it.
+    ``log_dir``: this run's TensorBoard folder, or ``None`` for no logging."""
     settings = settings_of(config)
     write_json(run_dir / "config.json", config)
 
@@ -146,17 +167,22 @@ def _train_into(
         save_checkpoint(run_dir, epoch, model, optimizer, history)
 
     started = time.perf_counter()
-    history = fit(
-        model,
-        data,
-        settings,
-        device=device,
-        quiet=quiet,
-        start_epoch=start_epoch,
-        optimizer_state=optimizer_state,
-        history=history,
-        on_epoch_end=on_epoch_end,
-    )
+    logger = TensorBoardLogger(log_dir) if log_dir is not None else None
+    try:
+        history = fit(
+            model,
+            data,
+            settings,
+            device=device,
+            quiet=quiet,
+            start_epoch=start_epoch,
+            optimizer_state=optimizer_state,
+            history=history,
+            on_epoch_end=chain_hooks(on_epoch_end, logger),  # checkpoint first, then log
+        )
+    finally:
+        if logger is not None:
+            logger.close()
     train_eval = evaluate(model, data.x_train, data.y_train)
     test_eval = evaluate(model, data.x_test, data.y_test)
     metrics = {

@@ -11,7 +11,10 @@ map to tags by :data:`EPOCH_TAGS` (``train_loss`` -> ``train/loss``, ``test_accu
 saving, then logging), so one ``on_epoch_end`` does both.
 
 ``tensorboard`` is imported only when a logger is made; without it the logger raises a
-one-line :class:`lmc.config.LmcError` that says how to install it.
+one-line :class:`lmc.config.LmcError` that says how to install it. Callers that create files
+before logging starts (``lmc train --log tensorboard``) call :func:`require_tensorboard` and
+:func:`check_log_dir` first, so a missing package or a bad folder fails before anything is
+written.
 """
 
 from __future__ import annotations
@@ -55,6 +58,27 @@ def _summary_writer_class() -> type:
     return SummaryWriter
 
 
+def require_tensorboard() -> None:
+    """Raise the one-line :class:`lmc.config.LmcError` of a missing ``tensorboard`` package
+    now, before any work (nothing is created)."""
+    _summary_writer_class()
+
+
+def check_log_dir(log_dir: str | os.PathLike) -> Path:
+    """``log_dir`` as a :class:`~pathlib.Path`, checked (nothing is created): it and its
+    nearest existing parent must be folders, else a one-line :class:`lmc.config.LmcError`
+    naming the path (rather than an ``OSError`` from inside the writer, after training)."""
+    if not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir):
+        raise LmcError(f"log_dir must be a folder path, got {log_dir!r}")
+    path = Path(log_dir)
+    for place in (path, *path.parents):
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                raise LmcError(f"log_dir {str(path)!r}: {str(place)!r} is a file, not a folder")
+            break
+    return path
+
+
 def epoch_tag(key: str) -> str | None:
     """The tag of a per-epoch record key (``None`` for ``epoch``, the step)."""
     if key == "epoch":
@@ -80,9 +104,7 @@ class TensorBoardLogger:
     """
 
     def __init__(self, log_dir: str | os.PathLike) -> None:
-        path = Path(log_dir)
-        if path.exists() and not path.is_dir():
-            raise LmcError(f"log_dir {str(path)!r} is a file, not a folder")
+        path = check_log_dir(log_dir)
         writer_class = _summary_writer_class()
         self.log_dir = path
         self._writer = writer_class(log_dir=str(path))
