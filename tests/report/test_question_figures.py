@@ -31,6 +31,7 @@ def _script():
         ("logit-norm", "lewc-fmnist-mlp-wide"),
         ("weak-additivity", "lewc-fmnist-mlp-wide"),
         ("depth", "question-depth"),
+        ("activations", "question-activations"),
     ],
 )
 def test_each_question_figure_is_drawn_from_committed_results(command, folder, tmp_path, capsys):
