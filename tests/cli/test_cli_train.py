@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from lmc.cli.main import main
 
 
@@ -66,3 +68,29 @@ def test_corrupt_spawn_parent(tmp_path, capsys):
         ["train", "--spawn-from", str(tmp_path / "missing"), "--spawn-epoch", "1", "--quiet"]
     )
     assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--width", "0"], "width must be positive"),
+        (["--width", "nan"], "width must be positive and finite"),
+        (["--width", "-5"], "width must be positive"),
+        (["--width", "inf"], "width must be positive and finite"),
+        (["--width", "100000000"], "more than this machine's"),
+        (["--lr", "nan"], "lr must be finite"),
+        (["--lr", "inf"], "lr must be finite"),
+        (["--momentum", "-1"], "momentum must be at least 0"),
+        (["--label-smoothing", "2"], "label_smoothing must be below 1"),
+        (["--warmup-epochs", "-5"], "warmup_epochs must be at least 0"),
+        (["--weight-decay", "nan"], "weight_decay must be finite"),
+        (["--depth", "-1"], "depth must be an integer >= 1"),
+    ],
+)
+def test_a_bad_setting_is_one_line_and_creates_nothing(tmp_path, capsys, flags, fragment):
+    runs = tmp_path / "runs"
+    argv = ["train", "--dataset", "digits", "--epochs", "1", "--quiet", "--runs-dir", str(runs)]
+    assert main([*argv, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and fragment in err, err
+    assert not runs.exists()

@@ -56,18 +56,23 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from lmc.config import LmcError, read_regular_text
+from lmc.config import LmcError, check_int, check_number, read_regular_text
 from lmc.data import DATASETS
 from lmc.metrics import CALIBRATIONS
 from lmc.models import MODELS, check_options, get_model
+from lmc.pair.settings import ALIGN_METHODS
 from lmc.train import TrainSettings
+
+from .jobs import pair_settings
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-METHODS = ("none", "weight", "activation", "ste", "random")
+METHODS = ALIGN_METHODS
+#: Most training runs one study may ask for (a guard against a typo such as pairs = 10**8).
+MAX_TRAINING_RUNS = 20_000
 BN_MODES = ("auto", "reset", "repair", "none")
 _TRAIN_KEYS = {f.name for f in fields(TrainSettings)} - {"init_seed", "data_seed", "weight_decay"}
 
@@ -148,7 +153,10 @@ def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
                     f"{', '.join(sorted(_TRAIN_KEYS))} (weight decays and seeds "
                     "are set in [sweep])"
                 )
-            TrainSettings.from_dict(given)  # type and value checks
+            try:  # type and value checks
+                TrainSettings.from_dict(given)
+            except LmcError as exc:
+                raise LmcError(f"[train]{_where(source)}: {exc}") from None
             study["train"] = given
             continue
         resolved = {}
@@ -216,14 +224,20 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
             entry.width_value(width)
         except LmcError as exc:
             raise LmcError(f"'sweep.widths'{where}: {exc}") from None
-    if not sweep["weight_decays"] or not all(
-        isinstance(w, (int, float)) and w >= 0 for w in sweep["weight_decays"]
-    ):
+    if not sweep["weight_decays"]:
         raise LmcError(f"'sweep.weight_decays'{where} must be a non-empty list of numbers >= 0")
-    if sweep["pairs"] < 1:
-        raise LmcError(f"'sweep.pairs'{where} must be at least 1")
-    if sweep["spawn_epoch"] < 0:
-        raise LmcError(f"'sweep.spawn_epoch'{where} must be >= 0")
+    for value in sweep["weight_decays"]:
+        check_number(f"each of 'sweep.weight_decays'{where}", value, minimum=0.0)
+    _at("sweep", where, check_int, "pairs", sweep["pairs"], minimum=1)
+    for key in ("spawn_epoch", "seed"):
+        _at("sweep", where, check_int, key, sweep[key], minimum=0)
+    runs = 2 * sweep["pairs"] * len(sweep["widths"]) * len(sweep["weight_decays"])
+    if runs > MAX_TRAINING_RUNS:
+        raise LmcError(
+            f"'sweep'{where} asks for {runs:,} training runs ({sweep['pairs']:,} pairs x "
+            f"{len(sweep['widths'])} widths x {len(sweep['weight_decays'])} weight decays x 2); "
+            f"the limit is {MAX_TRAINING_RUNS:,}: split the study into smaller ones"
+        )
     epochs = study["train"].get("epochs", TrainSettings().epochs)
     if sweep["spawn_epoch"] > epochs:
         raise LmcError(f"'sweep.spawn_epoch'{where} exceeds the {epochs} training epochs")
@@ -249,10 +263,33 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
         )
     if isinstance(merge["lambdas"], int) and merge["lambdas"] < 2:
         raise LmcError(f"'merge.lambdas'{where} must be at least 2 points or a list")
+    for key in ("calibration_seed", "align_seed"):
+        _at("merge", where, check_int, key, merge[key], minimum=0)
+    _at("merge", where, check_int, "align_examples", merge["align_examples"], minimum=1)
+    _at("merge", where, check_int, "ste_steps", merge["ste_steps"], minimum=0)
+    _at("analysis", where, check_int, "max_examples", study["analysis"]["max_examples"])
     lams = study["analysis"]["lambdas"]
-    study["analysis"]["lambdas"] = [float(v) for v in (lams if isinstance(lams, list) else [lams])]
+    lams = lams if isinstance(lams, list) else [lams]
+    if not lams or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lams):
+        raise LmcError(f"'analysis.lambdas'{where} must be a non-empty list of numbers in [0, 1]")
+    study["analysis"]["lambdas"] = [float(v) for v in lams]
     if not all(0.0 <= v <= 1.0 for v in study["analysis"]["lambdas"]):
         raise LmcError(f"'analysis.lambdas'{where} must lie in [0, 1]")
+    # The settings every merge job will build, built now: a value only they rule out (a
+    # lambda outside [0, 1], ...) fails here, before any run is trained.
+    for method in merge["methods"]:
+        job = {"merge": merge, "analysis": study["analysis"], "method": method,
+               "split": study["data"]["split"]}  # fmt: skip
+        try:
+            pair_settings(job)
+        except LmcError as exc:
+            raise LmcError(f"[merge]{where}: {exc}") from None
+
+
+def _at(section: str, where: str, check, key: str, value: Any, **limits: Any) -> Any:
+    """``check(...)`` of :mod:`lmc.config.validate` on ``value``, its error naming
+    ``section.key`` and the file."""
+    return check(f"'{section}.{key}'{where}", value, **limits)
 
 
 def load_study(path_or_name: str | os.PathLike) -> tuple[dict[str, Any], str]:

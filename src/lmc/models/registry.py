@@ -15,14 +15,18 @@ they are written (in the spirit of timm's ``register_model`` / ``create_model``)
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
-from lmc.config import LmcError
+from lmc.config import LmcError, canonical_json
 
 from .init import initialize
 from .layers import ACTIVATIONS, NORMS
@@ -230,3 +234,57 @@ def build(name: str, *, seed: int | None = None, **options: Any) -> nn.Module:
     if seed is not None:
         initialize(model, seed)
     return model
+
+
+#: Bytes of memory a training run needs per parameter, roughly: float32 weights, gradients and
+#: up to two optimizer moments (Adam), before activations.
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def parameter_count(name: str, options: Mapping[str, Any]) -> int:
+    """Parameters of zoo model ``name`` with complete ``options``, counted on PyTorch's meta
+    device (no memory is allocated, so a width that would not fit can still be measured)."""
+    return _parameter_count(name, canonical_json(dict(options)))
+
+
+@functools.lru_cache(maxsize=256)
+def _parameter_count(name: str, options_json: str) -> int:
+    with torch.device("meta"):
+        model = get_model(name).factory(**json.loads(options_json))
+    return sum(p.numel() for p in model.parameters())
+
+
+def physical_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes, or ``None`` where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def check_fits_memory(name: str, options: Mapping[str, Any], memory: int | None = None) -> int:
+    """``LmcError`` when training zoo model ``name`` with ``options`` needs more than
+    ``memory`` bytes (default: this machine's physical memory), estimated as
+    :data:`TRAINING_BYTES_PER_PARAMETER` per parameter; otherwise the parameter count.
+
+    It runs before anything is created, so a width typed with too many zeros is one line, not
+    an allocation of terabytes."""
+    count = parameter_count(name, options)
+    memory = physical_memory_bytes() if memory is None else memory
+    need = count * TRAINING_BYTES_PER_PARAMETER
+    if memory is not None and need > memory:
+        raise LmcError(
+            f"{name} at width {options.get('width')!r} has {count:,} parameters: training "
+            f"it needs about {_bytes(need)} ({TRAINING_BYTES_PER_PARAMETER} bytes per "
+            f"parameter), more than this machine's {_bytes(memory)} of memory; choose a "
+            "smaller width"
+        )
+    return count
+
+
+def _bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.3g} {unit}"
+        count /= 1024
+    raise AssertionError  # pragma: no cover

@@ -197,9 +197,7 @@ def activation_matching(
     perm = identity_permutation(spec)
     nested = nested_of(spec.heads)
     unmatched = [
-        g
-        for g, pts in points.items()
-        if not pts and g not in spec.heads and g not in nested
+        g for g, pts in points.items() if not pts and g not in spec.heads and g not in nested
     ]
     for g in unmatched:
         warnings.warn(

@@ -11,7 +11,13 @@ import torch
 
 from lmc.config import LmcError, environment_info
 from lmc.data import Dataset, canonical_name, load
-from lmc.models import build, count_parameters, has_input_options, resolve_options
+from lmc.models import (
+    build,
+    check_fits_memory,
+    count_parameters,
+    has_input_options,
+    resolve_options,
+)
 from lmc.store import Run, RunStore, made_folder, write_json
 
 from .checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
@@ -36,7 +42,8 @@ def make_config(
     The model's options are completed by the registry (``lmc.models.resolve_options``): every
     default filled in, and the data-given ones (input size or channels, ``num_classes``) read
     from the dataset (``data``, or loaded to read its shapes), so the same settings give the
-    same config from the CLI, a study or Python.
+    same config from the CLI, a study or Python. A model too large to train in this machine's
+    memory is refused here (:func:`lmc.models.check_fits_memory`), before anything is created.
     ``spawn`` is ``{"parent": <parent config>, "epoch": K}`` for a spawned run.
     """
     options = dict(model_options or {})
@@ -46,6 +53,7 @@ def make_config(
     if data is not None:
         shape = {"input_shape": data.input_shape, "num_classes": data.num_classes}
     options = resolve_options(model, options, **shape)
+    check_fits_memory(model, options)
     settings = TrainSettings.from_dict(train_settings)
     train = settings.to_dict()
     if spawn is not None:

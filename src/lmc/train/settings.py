@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from lmc.config import LmcError
+from lmc.config.validate import check_int, check_number
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "onecycle", "constant")
@@ -53,20 +54,38 @@ class TrainSettings:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise LmcError(f"unknown optimizer {self.optimizer!r}: choose {', '.join(OPTIMIZERS)}")
-        if self.schedule not in SCHEDULES:
-            raise LmcError(f"unknown schedule {self.schedule!r}: choose {', '.join(SCHEDULES)}")
-        if self.precision not in PRECISIONS:
-            raise LmcError(f"unknown precision {self.precision!r}: choose {', '.join(PRECISIONS)}")
-        if self.epochs < 1:
-            raise LmcError(f"epochs must be at least 1, got {self.epochs}")
-        if self.batch_size < 1:
-            raise LmcError(f"batch size must be at least 1, got {self.batch_size}")
-        if self.lr <= 0:
-            raise LmcError(f"learning rate must be positive, got {self.lr}")
-        if self.weight_decay < 0:
-            raise LmcError(f"weight decay must be >= 0, got {self.weight_decay}")
+        for key, choices in (
+            ("optimizer", OPTIMIZERS),
+            ("schedule", SCHEDULES),
+            ("precision", PRECISIONS),
+        ):
+            value = getattr(self, key)
+            if value not in choices:
+                raise LmcError(f"unknown {key} {value!r}: choose {', '.join(choices)}")
+        check_int("epochs", self.epochs, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_number("lr", self.lr, positive=True)
+        # Momentum (SGD) or beta1 (Adam/AdamW) lies in [0, 1); label smoothing in [0, 1).
+        check_number("momentum", self.momentum, minimum=0.0)
+        if self.momentum >= 1:
+            raise LmcError(f"momentum must be below 1, got {self.momentum:g}")
+        check_number("weight_decay", self.weight_decay, minimum=0.0)
+        check_number("warmup_epochs", self.warmup_epochs, minimum=0.0)
+        if self.warmup_epochs > self.epochs:
+            raise LmcError(
+                f"warmup_epochs ({self.warmup_epochs:g}) exceeds the {self.epochs} training epochs"
+            )
+        check_number("label_smoothing", self.label_smoothing, minimum=0.0)
+        if self.label_smoothing >= 1:
+            raise LmcError(f"label_smoothing must be below 1, got {self.label_smoothing:g}")
+        if self.augment is not None and not isinstance(self.augment, bool):
+            raise LmcError(f"augment must be true, false or unset, got {self.augment!r}")
+        check_int("init_seed", self.init_seed, minimum=0)
+        check_int("data_seed", self.data_seed, minimum=0)
+        # Floats given as ints (lr = 1 in a TOML file) are stored as floats, so the same
+        # settings always hash alike.
+        for key in ("lr", "momentum", "weight_decay", "warmup_epochs", "label_smoothing"):
+            object.__setattr__(self, key, float(getattr(self, key)))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
