@@ -439,4 +439,5 @@ def addmm(st: TraceState, node: fx.Node) -> None:
     if not st.plain(x):
         return st.unknown(node)
     wname = st.leaf[w]
-    linear(st, node, x, wname, st.leaf[b], st.shapes[wname][1], wname, in_axis=0, out_axis=1)
+    label = wname.removesuffix(".weight")
+    linear(st, node, x, wname, st.leaf[b], st.shapes[wname][1], label, in_axis=0, out_axis=1)

@@ -9,7 +9,9 @@
   ``(C, H, W)`` reads index ``c * H * W + s``); ``expand``, ``transpose`` and ``permute``
   and indexing that keeps the unit dim whole move it to another dim;
 - a reduction over the unit dim gives an unpermuted value (a sum ignores order);
-- ``cat`` along the unit dim concatenates segments.
+- ``cat`` along the unit dim concatenates segments;
+- indexing (``x[...]``, and the ``slice`` / ``select`` ops of an exported graph) keeps the
+  unit dim whole or is not understood.
 
 A derived value of a state tensor (``self.p[0]``, ``self.p.view(...)``) fixes the tensor: the
 value would not follow a permutation of it.
@@ -296,7 +298,11 @@ def getitem(st: TraceState, node: fx.Node) -> None:
     """``x[...]`` with ints, full or partial slices, ``None`` and ``...``: the unit dim must be
     kept whole (``:``); an int there, a partial slice or a tensor index is not understood.
     Indexing a tuple or a shape gives an unpermuted value."""
-    x, index = node.args[0], node.args[1]
+    index_value(st, node, node.args[0], node.args[1])
+
+
+def index_value(st: TraceState, node: fx.Node, x: Any, index: Any) -> None:
+    """``node`` is ``x[index]`` (see :func:`getitem`)."""
     lay = st.layout(x)
     if lay is None:
         idx = index if isinstance(index, tuple) else (index,)
@@ -336,6 +342,52 @@ def getitem(st: TraceState, node: fx.Node) -> None:
     if got[1] == "partial":
         return st.unknown(node, "slices the channel dimension")
     st.env[node] = Layout(got[0], lay.segs)
+
+
+def _slice_index(st: TraceState, node: fx.Node) -> tuple[Any, ...] | None:
+    """The index ``x[:, ..., start:end:step]`` that ``aten.slice(x, dim, start, end, step)``
+    is (a slice covering the whole dim becomes ``:``); ``None`` if not understood."""
+    x = node.args[0]
+    xs = st.shape(x)
+    dim, start, end, step = (st.arg(node, i, k, d) for i, k, d in _SLICE_ARGS)
+    if xs is None or not all(isinstance(v, int) or v is None for v in (dim, start, end, step)):
+        return None
+    dim %= len(xs)
+    if slice(start, end, step).indices(xs[dim]) == (0, xs[dim], 1):
+        item = slice(None)
+    else:
+        item = slice(start, end, step)
+    return (slice(None),) * dim + (item,)
+
+
+_SLICE_ARGS = ((1, "dim", 0), (2, "start", None), (3, "end", None), (4, "step", 1))
+
+
+def slice_(st: TraceState, node: fx.Node) -> None:
+    """``aten.slice(x, dim, start, end, step)`` (an exported graph's ``x[..., a:b]``)."""
+    index = _slice_index(st, node)
+    if index is None:
+        return st.unknown(node)
+    index_value(st, node, node.args[0], index)
+
+
+def select(st: TraceState, node: fx.Node) -> None:
+    """``x.select(dim, i)`` / ``aten.select(x, dim, i)``: ``x[:, ..., i]`` (the dim goes away)."""
+    x, dim, i = node.args[0], st.arg(node, 1, "dim"), st.arg(node, 2, "index")
+    xs = st.shape(x)
+    if xs is None or not isinstance(dim, int) or not isinstance(i, int):
+        return st.unknown(node)
+    index_value(st, node, x, (slice(None),) * (dim % len(xs)) + (i,))
+
+
+def alias(st: TraceState, node: fx.Node) -> None:
+    """``aten.alias(x)``: the same tensor (a state tensor stays that tensor)."""
+    x = node.args[0]
+    if isinstance(x, fx.Node) and x in st.leaf:
+        st.leaf[node] = st.leaf[x]
+        st.env[node] = None
+        return
+    pointwise(st, node, [x])
 
 
 def _index_map(xs: tuple[int, ...], idx: tuple[Any, ...]) -> dict[int, tuple[int, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
 from torch import fx, nn
 
 from . import attention, flow, layers
@@ -83,10 +84,14 @@ HANDLERS: dict[Key, Handler] = _table(
     (REDUCTIONS, flow.reduce),
     (CATS, flow.cat),
     (("getitem",), flow.getitem),
+    (("slice",), flow.slice_),
+    (("select",), flow.select),
+    (("alias",), flow.alias),
+    (("embedding",), layers.embedding_function),
     (("getattr",), flow.getattr_),
     (METADATA, flow.metadata),
     (("scaled_dot_product_attention",), attention.sdpa),
-    (("chunk", "split", "unbind"), attention.chunk),
+    (("chunk", "split", "split_with_sizes", "unbind"), attention.chunk),
     (("addmm",), attention.addmm),
     (("masked_fill", "masked_fill_"), flow.pointwise_op),
 )
@@ -102,6 +107,9 @@ HEAD_AWARE: frozenset[Handler] = frozenset(
         flow.permute,
         flow.transpose,
         flow.getitem,
+        flow.slice_,
+        flow.select,
+        flow.alias,
         flow.metadata,
         flow.getattr_,
         layers.matmul,
@@ -114,7 +122,12 @@ HEAD_AWARE: frozenset[Handler] = frozenset(
 
 
 def function_name(target: Any) -> str | None:
-    """The name of a torch / operator / builtins / math function, else ``None`` (unknown)."""
+    """The name of a torch / operator / builtins / math function, else ``None`` (unknown).
+    An ATen op of an exported graph (``aten.view.default``) is known by its op name
+    (``view``): ATen ops take their tensors in the order of the torch functions of that name
+    (``aten.embedding``, which takes the table first, has a handler reading both orders)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target._opname if target.namespace == "aten" else None
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", None)
     if name is None or module.split(".")[0] not in FUNCTION_MODULES:

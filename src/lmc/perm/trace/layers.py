@@ -1,6 +1,7 @@
 """Handlers of ops with state tensors: weight layers open groups, norms carry them.
 
-A weight layer (Linear, ``x @ W``, Conv, ConvTranspose, Embedding) binds its input axis to
+A weight layer (Linear, ``x @ W``, Conv, ConvTranspose, Embedding, their functional and ATen
+forms) binds its input axis to
 the layout of the value it reads and *opens* a new group on its output axis (and its bias).
 A norm (BatchNorm, InstanceNorm, GroupNorm(1, C) or (C, C), LayerNorm, RMSNorm, PReLU) carries
 the layout of its input, binding its per-channel parameters and statistics to the group.
@@ -210,6 +211,24 @@ def embedding_module(st: TraceState, node: fx.Node) -> None:
     name = str(node.target)
     wname = f"{name}.weight"
     segs = st.open_group(wname, 1, mod.embedding_dim, name)
+    st.bind(wname, 0, None)
+    out = st.shape(node)
+    st.env[node] = Layout(len(out) - 1, segs) if segs and out else None
+    st.producers.append(LayerRecord(wname, 1, node.name, len(out or ()) - 1))
+
+
+def embedding_function(st: TraceState, node: fx.Node) -> None:
+    """``F.embedding(ids, weight)`` / ``aten.embedding(weight, ids)``: as ``nn.Embedding``,
+    with the weight read from the state (the floating operand; the ids are integers)."""
+    first, second = node.args[0], node.args[1]
+    w, ids = (first, second) if first in st.leaf else (second, first)
+    if w not in st.leaf or ids in st.leaf or len(st.shapes.get(st.leaf[w], ())) != 2:
+        return st.unknown(node, "uses a computed embedding table")
+    if st.layout(ids) is not None:
+        st.freeze_segs(st.layout(ids).segs)
+    wname = st.leaf[w]
+    label = st.alias[wname].removesuffix(".weight")  # a tied table: its first name
+    segs = st.open_group(wname, 1, st.shapes[wname][1], label)
     st.bind(wname, 0, None)
     out = st.shape(node)
     st.env[node] = Layout(len(out) - 1, segs) if segs and out else None

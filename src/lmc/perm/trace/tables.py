@@ -212,7 +212,17 @@ MATMULS = frozenset({"matmul", "mm"})
 CONV_FUNCTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
 # Ops whose result says nothing about the order of units (sizes, flags, devices).
 METADATA = frozenset(
-    {"size", "dim", "numel", "nelement", "is_contiguous", "get_device", "ndimension", "len"}
+    {
+        "size",
+        "dim",
+        "numel",
+        "nelement",
+        "is_contiguous",
+        "get_device",
+        "ndimension",
+        "len",
+        "_assert_tensor_metadata",  # an exported graph's check of a value's dtype and device
+    }
 )
 # Attributes read through ``getattr`` that are metadata too (``x.shape``).
 METADATA_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})

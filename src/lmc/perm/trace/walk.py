@@ -1,5 +1,9 @@
 """The walk: trace the model, give every value a shape, visit the graph's nodes in order.
 
+The graph comes from ``torch.fx.symbolic_trace`` or, for a model that does not trace
+symbolically (Hugging Face models), from ``torch.export`` (:mod:`.export`); ``tracer`` picks
+one (``"auto"``: the first, else the second).
+
 ``placeholder`` nodes (the inputs) are never permuted; ``get_attr`` nodes that read a state
 tensor become *leaves* that later ops may bind; every call goes through
 :func:`.handlers.dispatch`; the ``output`` node freezes every group that reaches it (the
@@ -19,9 +23,12 @@ from lmc.config import LmcError
 from lmc.models import eval_mode
 
 from ..spec import PermutationSpec
+from .export import export_graph
 from .handlers import dispatch
 from .result import TraceResult, build_result
 from .state import TraceState
+
+TRACERS = ("auto", "fx", "export")
 
 
 def _symbolic_trace(model: nn.Module) -> fx.GraphModule:
@@ -33,6 +40,24 @@ def _symbolic_trace(model: nn.Module) -> fx.GraphModule:
             f"torch.fx could not trace {type(model).__name__} ({first}); write the "
             "permutation spec by hand with lmc.perm.PermutationSpec.from_dict"
         ) from exc
+
+
+def _graph(model: nn.Module, inputs: tuple[Any, ...], tracer: str) -> fx.GraphModule:
+    """The graph to walk: ``torch.fx``'s, ``torch.export``'s, or (``auto``) fx's when it
+    traces, else export's."""
+    if tracer not in TRACERS:
+        raise LmcError(f"tracer must be one of {', '.join(TRACERS)}, got {tracer!r}")
+    if tracer == "export":
+        return export_graph(model, inputs)
+    try:
+        return _symbolic_trace(model)
+    except LmcError as fx_error:
+        if tracer == "fx":
+            raise
+        try:
+            return export_graph(model, inputs)
+        except LmcError as exc:
+            raise LmcError(f"{exc} (torch.fx could not trace it either)") from fx_error
 
 
 def _propagate_shapes(model: nn.Module, gm: fx.GraphModule, inputs: tuple[Any, ...]) -> None:
@@ -66,14 +91,17 @@ def walk(st: TraceState) -> None:
             dispatch(st, node)
 
 
-def trace_model(model: nn.Module, example_input: Any) -> TraceResult:
+def trace_model(model: nn.Module, example_input: Any, *, tracer: str = "auto") -> TraceResult:
     """Trace ``model`` on ``example_input`` (a tensor or a tuple of tensors); derive its spec.
 
-    The model's train/eval flags and weights are left as they were (it runs once in eval
-    mode under ``no_grad``). Warnings name the nodes that left groups unpermuted.
+    ``tracer``: ``"fx"`` (``torch.fx.symbolic_trace``), ``"export"`` (``torch.export``, for
+    models such as Hugging Face's that do not trace symbolically) or ``"auto"`` (fx, falling
+    back to export when fx cannot trace). The model's train/eval flags and weights are left
+    as they were (it runs in eval mode under ``no_grad``). Warnings name the nodes that left
+    groups unpermuted.
     """
     inputs = example_input if isinstance(example_input, tuple) else (example_input,)
-    gm = _symbolic_trace(model)
+    gm = _graph(model, inputs, tracer)
     _propagate_shapes(model, gm, inputs)
     st = TraceState(gm, model.state_dict(keep_vars=True))
     walk(st)
@@ -83,12 +111,16 @@ def trace_model(model: nn.Module, example_input: Any) -> TraceResult:
     return result
 
 
-def spec_from_model(model: nn.Module, example_input: Any) -> PermutationSpec:
-    """The :class:`PermutationSpec` of ``model``, derived by tracing it with ``torch.fx``.
+def spec_from_model(
+    model: nn.Module, example_input: Any, *, tracer: str = "auto"
+) -> PermutationSpec:
+    """The :class:`PermutationSpec` of ``model``, derived by tracing it with ``torch.fx`` (or
+    ``torch.export`` where fx cannot trace it; ``tracer`` as in :func:`trace_model`).
 
-    ``example_input``: a small batch (two rows suffice) of what the model takes. Every
+    ``example_input``: a small batch (two rows suffice) of what the model takes (token ids
+    ``(N, L)`` for a Hugging Face language model, ``pixel_values`` for a ViT). Every
     floating parameter and buffer is in the spec; groups the tracer cannot prove safe are left
     unpermuted with a warning, so ``apply_permutation`` with any permutation of this spec
     leaves the model's function unchanged.
     """
-    return trace_model(model, example_input).spec
+    return trace_model(model, example_input, tracer=tracer).spec
