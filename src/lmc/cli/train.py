@@ -47,6 +47,21 @@ AUGMENT_DEFAULT = "(default: on for CIFAR, off otherwise)"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("data and model")
     model.add_argument("--dataset", default="digits", choices=DATASETS, help="dataset")
+    model.add_argument(
+        "--train-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train on a random subset of N training examples (seeded by --subset-seed; "
+        "the test split stays whole; default: all)",
+    )
+    model.add_argument(
+        "--subset-seed",
+        type=int,
+        default=None,
+        metavar="S",
+        help="seed of --train-size's draw (0 when not given)",
+    )
     model.add_argument("--model", default="mlp", choices=list(MODELS), help="architecture")
     model.add_argument(
         "--width",
@@ -285,7 +300,19 @@ def config_from_args(args: argparse.Namespace, data=None) -> dict:
         precision=args.precision,
     )
     options = model_options_from_args(args)
-    return make_config(args.dataset, args.model, options, data=data, **recipe)
+    return make_config(
+        args.dataset, args.model, options, dataset_options_from_args(args), data=data, **recipe
+    )
+
+
+def dataset_options_from_args(args: argparse.Namespace) -> dict:
+    """``--train-size`` / ``--subset-seed`` as dataset options (``{}`` when not given)."""
+    options = {}
+    if args.train_size is not None:
+        options["train_size"] = args.train_size
+    if args.subset_seed is not None:
+        options["subset_seed"] = args.subset_seed
+    return options
 
 
 def run(args: argparse.Namespace) -> int:
@@ -294,7 +321,11 @@ def run(args: argparse.Namespace) -> int:
     device = device_from(args)
     data = None
     if args.spawn_from is None:
-        data = dataset_for_config({"dataset": args.dataset, "dataset_options": {}}, args, device)
+        data = dataset_for_config(
+            {"dataset": args.dataset, "dataset_options": dataset_options_from_args(args)},
+            args,
+            device,
+        )
     config = config_from_args(args, data)
     data = data or dataset_for_config(config, args, device)
     store = RunStore(runs_dir)

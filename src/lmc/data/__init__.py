@@ -14,16 +14,21 @@ from .batching import batches, num_batches, random_crop_flip
 from .dataset import Dataset
 from .loaders import DATASETS, canonical_name, input_shape, load
 from .paths import cache_dir, default_data_dirs
+from .subsets import ab_split, label_split_subset, label_split_subsets, random_train_subset
 
 __all__ = [
     "DATASETS",
     "Dataset",
+    "ab_split",
     "batches",
     "cache_dir",
     "canonical_name",
     "default_data_dirs",
     "input_shape",
+    "label_split_subset",
+    "label_split_subsets",
     "load",
     "num_batches",
     "random_crop_flip",
+    "random_train_subset",
 ]

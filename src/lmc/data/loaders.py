@@ -16,6 +16,7 @@ from .cifar import LAYOUTS, has_files, read_cifar
 from .dataset import Dataset, build_dataset
 from .download import download as download_files
 from .idx import read_idx
+from .subsets import random_train_subset
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 from .synthetic import make_synthetic
 
@@ -30,6 +31,8 @@ _ALIASES = {
 
 # digits: fraction of each class held out for testing, and the fixed seed of that split.
 DIGITS_TEST_FRACTION = 0.25
+#: Options of every dataset except synthetic: a random training subset.
+SUBSET_OPTIONS = ("train_size", "subset_seed")
 DIGITS_SPLIT_SEED = 0
 
 # IDX file stems of MNIST and Fashion-MNIST (each may also end in .gz).
@@ -87,7 +90,9 @@ def load(
     scikit-learn; ``synthetic`` is generated, with the options ``input_shape`` (default
     ``(32,)``), ``num_classes`` (10), ``train_size`` (4096), ``test_size`` (1024), ``seed`` (0),
     ``separation`` (4.0) and ``clusters_per_class`` (1), documented in
-    :mod:`lmc.data.synthetic`. Other datasets take no options.
+    :mod:`lmc.data.synthetic`. Every other dataset takes ``train_size`` (keep a random subset
+    of that many training examples: :func:`lmc.data.subsets.random_train_subset`) and
+    ``subset_seed`` (default 0); the test split is always whole.
 
     The result is deterministic: the same call gives the same bits. See :class:`Dataset` for
     shapes, dtypes and the normalisation convention.
@@ -106,16 +111,23 @@ def load(
         return build_dataset(
             key, x_tr, y_tr, x_te, y_te, num_classes=num_classes, augment=False, device=dev
         )
-    if options:
+    unknown = sorted(set(options) - set(SUBSET_OPTIONS))
+    if unknown:
         raise LmcError(
-            f"dataset {key!r} takes no options (got {', '.join(sorted(options))}); "
-            "only 'synthetic' has options"
+            f"unknown option(s) {', '.join(unknown)} for {key}; its options are "
+            f"{', '.join(SUBSET_OPTIONS)} (a random training subset)"
         )
     if key == "digits":
-        return _load_digits(dev)
-    if key in ("mnist", "fashion-mnist"):
-        return _load_idx(key, data_dir, download, dev)
-    return _load_cifar(key, data_dir, download, dev)
+        data = _load_digits(dev)
+    elif key in ("mnist", "fashion-mnist"):
+        data = _load_idx(key, data_dir, download, dev)
+    else:
+        data = _load_cifar(key, data_dir, download, dev)
+    if "train_size" in options:
+        data = random_train_subset(data, options["train_size"], options.get("subset_seed", 0))
+    elif "subset_seed" in options:
+        raise LmcError(f"{key}: subset_seed needs train_size (the size of the random subset)")
+    return data
 
 
 # ---------------------------------------------------------------------------------------------

@@ -170,3 +170,26 @@ def label_counts(labels: torch.Tensor | Iterable[int], num_classes: int) -> list
     """Examples per label ``0..num_classes - 1``."""
     y = torch.as_tensor(labels).cpu().long()
     return torch.bincount(y, minlength=num_classes).tolist()
+
+
+def random_train_subset(dataset: Dataset, size: int, seed: int = 0) -> Dataset:
+    """``dataset`` with only ``size`` of its training examples, drawn uniformly at random
+    without replacement (``numpy.random.default_rng(seed)``) and kept in their original order.
+
+    The test split and the normalisation statistics (those of the full training split) are
+    unchanged; the name gets a ``[subset]`` suffix. ``size`` equal to the training split's size
+    returns every example. ``LmcError`` for a size below 1 or above the split's size.
+    """
+    n = int(dataset.y_train.shape[0])
+    size = check_int("train_size", size, minimum=1)
+    seed = check_int("subset_seed", seed, minimum=0)
+    if size > n:
+        raise LmcError(f"train_size {size} exceeds the {n} training examples of {dataset.name}")
+    picks = np.sort(np.random.default_rng(seed).permutation(n)[:size]).astype(np.int64)
+    index = torch.from_numpy(picks).to(dataset.x_train.device)
+    return dataclasses.replace(
+        dataset,
+        name=f"{dataset.name}[subset]",
+        x_train=dataset.x_train[index],
+        y_train=dataset.y_train[index],
+    )
