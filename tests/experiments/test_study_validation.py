@@ -84,3 +84,14 @@ def test_a_study_too_large_for_memory_fails_before_its_folder_exists(tmp_path):
     with pytest.raises(LmcError, match="parameters: training it needs about .* more than"):
         run_study(study, tmp_path / "out", runs_dir=tmp_path / "runs", quiet=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_model_options_are_checked_against_the_datasets_images():
+    study = {**BASE, "data": {"dataset": "fashion-mnist"}, "model": {"name": "vit", "patch": 7}}
+    study["sweep"] = {"widths": [32]}
+    assert resolve(study)["model"]["patch"] == 7  # 7 divides 28
+    study["model"] = {"name": "vit", "patch": 3}
+    with pytest.raises(LmcError, match="patch 3 does not divide the 28x28 image"):
+        resolve(study)
+    with pytest.raises(LmcError, match="patch 3 does not divide the 8x8 image"):
+        resolve({**study, "data": {"dataset": "digits"}})

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import LmcError, check_int, check_number, read_regular_text
-from lmc.data import DATASETS
+from lmc.data import DATASETS, input_shape
 from lmc.metrics import CALIBRATIONS
 from lmc.models import MODELS, check_options, get_model
 from lmc.pair.settings import ALIGN_METHODS
@@ -142,7 +142,7 @@ def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
         if not isinstance(given, dict):
             raise LmcError(f"{section!r}{_where(source)} must be a table ([{section}])")
         if section == "model":
-            study["model"] = _resolve_model(given, source)
+            study["model"] = _resolve_model(given, source, study.get("data"))
             continue
         if section == "train":
             unknown = set(given) - _TRAIN_KEYS
@@ -177,7 +177,9 @@ def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     return study
 
 
-def _resolve_model(given: dict[str, Any], source: str | None) -> dict[str, Any]:
+def _resolve_model(
+    given: dict[str, Any], source: str | None, data: dict[str, Any] | None = None
+) -> dict[str, Any]:
     name = given.get("name")
     if name is None:
         raise LmcError(f"missing key 'model.name'{_where(source)}; one of {', '.join(MODELS)}")
@@ -198,10 +200,25 @@ def _resolve_model(given: dict[str, Any], source: str | None) -> dict[str, Any]:
                 f"{', '.join(sorted(entry.options))}"
             )
     try:
-        check_options(name, options)
+        # checked against the dataset's example shape (a ViT's patch must divide its images)
+        check_options(name, {**_data_given(entry, data), **options})
     except LmcError as exc:
         raise LmcError(f"[model]{_where(source)}: {exc}") from None
     return {"name": name, **entry.options, **options}
+
+
+def _data_given(entry, data: dict[str, Any] | None) -> dict[str, Any]:
+    """The options ``entry`` reads off the study's dataset (its example shape; the class
+    count as a placeholder, not checked here), or ``{}`` when the dataset is not known yet."""
+    if not data or data.get("dataset") not in DATASETS:
+        return {}
+    try:
+        shape = input_shape(data["dataset"], **data.get("options", {}))
+        given = entry.inputs(shape, 10)
+    except (LmcError, TypeError, ValueError):
+        return {}  # the dataset's own check names the problem
+    given.pop("num_classes", None)
+    return given
 
 
 def _check_values(study: dict[str, Any], source: str | None) -> None:
