@@ -183,7 +183,7 @@ figcaption { color: var(--muted); font-size: .92rem; margin-top: .5rem; max-widt
     radial-gradient(farthest-side at 0 50%, rgba(0,0,0,.18), rgba(0,0,0,0)) left / .8rem 100%,
     radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.18), rgba(0,0,0,0)) right / .8rem 100%;
   background-repeat: no-repeat; background-attachment: local, local, scroll, scroll; }
-.table-wrap.wide { width: min(1320px, 100vw - 2rem); max-width: none; position: relative;
+.table-wrap.wide { width: max-content; max-width: min(1320px, 100vw - 2rem); position: relative;
   left: 50%; transform: translateX(-50%); }
 table { border-collapse: collapse; font-size: .85rem; font-variant-numeric: tabular-nums; }
 caption { text-align: left; color: var(--muted); padding-bottom: .4rem; caption-side: top; }
