@@ -18,9 +18,19 @@ the reference's trajectory step for step (so the speed-up there is the implement
 alone). ``--solvers`` also times the assignment solvers (SciPy, and ``lap`` / ``lapjv`` when
 importable) on each model's largest similarity matrix, at the identity and at the optimum.
 
+``--peer rebasin`` also runs the ``rebasin`` package (snimu/rebasin, ``pip install
+'.[bench]'``; never a dependency of lmc) on the same two models in the same process: its
+``PermutationCoordinateDescent`` from the identity, timed from construction (it traces the
+model) to the permuted B, and scores its answer on Git Re-Basin's objective with weights and
+biases (``rebasin`` leaves biases out of its own). ``--profile`` splits lmc's default run into
+seconds spent in linear assignments and the rest (similarity products, bookkeeping), for
+``solver="scipy"`` and ``solver="sparse"``. ``--restarts K`` adds lmc with K restarts over
+visiting orders (the objective reached against the time spent). ``--init onepass`` starts
+lmc from Git Re-Basin's one-pass answer instead of the identity (its time included).
+
 Usage: ``python benchmarks/weight_matching.py [--quick] [--mlp-widths 512,1024]
-[--resnet-widths 1,2] [--solvers]``. Widths 512..4096 (MLP) and x1..x8 (ResNet-20) take a few
-minutes on two cores, mostly training.
+[--resnet-widths 1,2] [--solvers] [--peer rebasin] [--profile] [--restarts 4]``.
+Widths 512..4096 (MLP) and x1..x8 (ResNet-20) take a few minutes on two cores, mostly training.
 """
 
 from __future__ import annotations
@@ -128,6 +138,79 @@ def solver_times(spec, sa, sb, perm):
     return group, out
 
 
+def peer_rebasin(model_a, model_b, x):
+    """``rebasin``'s weight matching of a copy of B onto A: (seconds, permuted B's state)."""
+    import copy
+    import logging
+
+    from rebasin import PermutationCoordinateDescent
+
+    b = copy.deepcopy(model_b)
+    t = time.perf_counter()
+    pcd = PermutationCoordinateDescent(model_a, b, x, logging_level=logging.ERROR)
+    pcd.rebasin()
+    return time.perf_counter() - t, b.state_dict()
+
+
+def assignment_split(spec, sa, sb, seed, solver, init):
+    """(total seconds, seconds inside linear assignments) of one lmc run with ``solver``."""
+    import lmc.perm.weight_match as wm
+
+    inner = wm.solve_assignment
+    spent = [0.0]
+
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        out = inner(*args, **kwargs)
+        spent[0] += time.perf_counter() - t
+        return out
+
+    wm.solve_assignment = timed
+    try:
+        t = time.perf_counter()
+        weight_matching(spec, sa, sb, seed=seed, solver=solver, init=init)
+        total = time.perf_counter() - t
+    finally:
+        wm.solve_assignment = inner
+    return total, spent[0]
+
+
+def extras(args, label, spec, model_a, model_b, x, lmc_s, obj_id, obj_lmc):
+    """The ``--peer``, ``--profile`` and ``--restarts`` lines of one model."""
+    sa, sb = model_a.state_dict(), model_b.state_dict()
+    if args.peer == "rebasin":
+        peer_s, peer_state = peer_rebasin(model_a, model_b, x)
+        obj_peer = matching_objective(spec, sa, peer_state)
+        gain = max(obj_peer - obj_id, 1e-300)
+        print(
+            f"    rebasin {peer_s:.2f}s vs lmc {lmc_s:.2f}s: lmc {peer_s / lmc_s:.1f}x faster; "
+            f"objective (weights+biases) rebasin {obj_peer:.3f}, lmc {obj_lmc:.3f} "
+            f"({(obj_lmc - obj_peer) / abs(obj_peer) * 100:+.2f}% of rebasin's, "
+            f"{(obj_lmc - obj_peer) / gain:+.2f} of its gain)",
+            flush=True,
+        )
+    if args.profile:
+        for solver in ("scipy", "sparse"):
+            total, lap_s = assignment_split(spec, sa, sb, args.seed, solver, args.init)
+            print(
+                f"    profile solver={solver}: {total:.2f}s, assignments {lap_s:.2f}s "
+                f"({lap_s / total * 100:.0f}%), products and the rest {total - lap_s:.2f}s",
+                flush=True,
+            )
+    if args.restarts > 1:
+        info = weight_matching(spec, sa, sb, seed=args.seed, restarts=args.restarts, init=args.init)
+        spent = sum(info.restart_seconds)
+        best = max(info.restart_objectives)
+        single = info.restart_objectives[0]
+        print(
+            f"    restarts={args.restarts}: objective {best:.3f} (single run "
+            f"{single:.3f}, +{(best - single) / abs(single) * 100:.2f}%; "
+            f"all {', '.join(f'{o:.3f}' for o in info.restart_objectives)}) in {spent:.1f}s "
+            f"({spent / lmc_s:.1f}x one run)",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="widths 512,1024 and x1,x2 only")
@@ -137,6 +220,12 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=1024, help="training examples")
     parser.add_argument("--seed", type=int, default=0, help="weight matching seed")
     parser.add_argument("--solvers", action="store_true", help="also time the LAP solvers")
+    parser.add_argument("--peer", choices=["none", "rebasin"], default="none")
+    parser.add_argument("--profile", action="store_true", help="time assignments vs the rest")
+    parser.add_argument(
+        "--init", choices=["identity", "onepass"], default="identity", help="lmc's start"
+    )
+    parser.add_argument("--restarts", type=int, default=1, help="also run lmc with K restarts")
     parser.add_argument(
         "--repeats", type=int, default=5, help="timings of runs under 10 s: best of this many"
     )
@@ -174,10 +263,10 @@ def main() -> None:
             # timings include the result's final objective evaluation (O(params), negligible
             # against the matching itself)
             t = time.perf_counter()
-            info = weight_matching(spec, sa, sb, seed=args.seed)
+            info = weight_matching(spec, sa, sb, seed=args.seed, init=args.init)
             lmc_s = min(lmc_s, time.perf_counter() - t)
             t = time.perf_counter()
-            info0 = weight_matching(spec, sa, sb, seed=args.seed, tol=0.0)
+            info0 = weight_matching(spec, sa, sb, seed=args.seed, tol=0.0, init=args.init)
             lmc0_s = min(lmc0_s, time.perf_counter() - t)
         perm, perm0 = info.perm, info0.perm
         obj_id = matching_objective(spec, sa, sb)
@@ -199,6 +288,7 @@ def main() -> None:
             flush=True,
         )
         print(header if len(rows) == 1 else "", row, sep="\n" if len(rows) == 1 else "", flush=True)
+        extras(args, label, spec, model_a, model_b, data.x_train[:2], lmc_s, obj_id, obj_lmc)
         if args.solvers:
             group, times = solver_times(spec, sa, sb, perm)
             print(

@@ -211,3 +211,71 @@ def test_weight_matching_refuses_mismatched_states():
     other = build("mlp", seed=0, input_size=5, width=6, depth=2, num_classes=3)
     with pytest.raises(LmcError, match="fc1.weight"):
         weight_matching(spec, model.state_dict(), other.state_dict())
+
+
+OPTIONS = [
+    dict(solver="sparse"),
+    dict(init="onepass"),
+    dict(restarts=3),
+    dict(solver="sparse", init="onepass", restarts=2),
+]
+
+
+@pytest.mark.parametrize(
+    "kwargs", OPTIONS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items())
+)
+@pytest.mark.parametrize("name,options,shape", CASES[::2])
+def test_every_solver_and_option_recovers_a_known_permutation(
+    name, options, shape, kwargs, monkeypatch
+):
+    # the sparse solver normally answers only groups of >= 1024 units: force it on every group
+    monkeypatch.setattr("lmc.perm.weight_match._SPARSE_MIN", 1)
+    model = build(name, seed=11, **options)
+    spec = spec_from_model(model, torch.zeros(2, *shape))
+    state_a = model.state_dict()
+    pi = random_permutation(spec, 5)
+    state_b = apply_permutation(spec, pi, state_a)
+    info = weight_matching(spec, state_a, state_b, seed=0, **kwargs)
+    expected = invert_permutation(pi)
+    for g in spec.group_sizes:
+        assert torch.equal(info.perm[g], expected[g]), g
+    restarts = kwargs.get("restarts", 1)
+    assert len(info.restart_objectives) == restarts == len(info.restart_seconds)
+    assert info.objective_after == max(info.restart_objectives)
+
+
+def test_restarts_keep_the_best_visiting_order_and_never_end_lower():
+    """Two unrelated random MLPs: each restart r is exactly the single run with seed r, and the
+    result is the first of the best of them."""
+    a = build("mlp", seed=1, input_size=16, width=24, depth=3).state_dict()
+    b = build("mlp", seed=2, input_size=16, width=24, depth=3).state_dict()
+    spec = spec_from_model(
+        build("mlp", seed=1, input_size=16, width=24, depth=3), torch.zeros(2, 16)
+    )
+    singles = [weight_matching(spec, a, b, seed=s).objective_after for s in range(4)]
+    info = weight_matching(spec, a, b, seed=0, restarts=4)
+    assert list(info.restart_objectives) == pytest.approx(singles, rel=1e-12)
+    assert info.best_restart == singles.index(max(singles))
+    assert info.objective_after == pytest.approx(max(singles), rel=1e-12)
+    assert info.objective_after >= singles[0]
+
+
+def test_onepass_start_is_reported_and_bad_options_are_refused():
+    model = build("mlp", seed=1, input_size=16, width=24, depth=2)
+    spec = spec_from_model(model, torch.zeros(2, 16))
+    a = model.state_dict()
+    b = build("mlp", seed=2, input_size=16, width=24, depth=2).state_dict()
+    from lmc.perm import one_pass_matching
+
+    start = one_pass_matching(spec, a, b)
+    info = weight_matching(spec, a, b, init="onepass")
+    assert info.objective_init == pytest.approx(matching_objective(spec, a, b, start.perm))
+    assert info.objective_after >= info.objective_init - 1e-9
+    for bad, match in (
+        (dict(restarts=0), "restarts"),
+        (dict(init="random"), "init"),
+        (dict(solver="auction"), "solver"),
+        (dict(init="onepass", init_perm=start.perm), "not both"),
+    ):
+        with pytest.raises(LmcError, match=match):
+            weight_matching(spec, a, b, **bad)

@@ -246,3 +246,14 @@ def test_activation_matching_recovers_gpts_at_initialisation_exactly(key):
         case = _case(key, perturb=False, perm_seed=perm_seed)
         result = activation_matching(case.spec, case.model, case.model_b, case.x)
         _assert_recovered(case, result.perm)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(solver="sparse"), dict(init="onepass"), dict(restarts=2)],
+    ids=["sparse", "onepass", "restarts"],
+)
+def test_every_solver_and_option_recovers_the_permutation(case, kwargs, monkeypatch):
+    monkeypatch.setattr("lmc.perm.weight_match._SPARSE_MIN", 1)  # the sparse solver everywhere
+    result = weight_matching(case.spec, case.state_a, case.state_b, seed=0, **kwargs)
+    _assert_recovered(case, result.perm)
