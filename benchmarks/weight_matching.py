@@ -175,7 +175,7 @@ def assignment_split(spec, sa, sb, seed, solver, init):
     return total, spent[0]
 
 
-def extras(args, label, spec, model_a, model_b, x, lmc_s, obj_id, obj_lmc):
+def extras(args, spec, model_a, model_b, x, lmc_s, obj_id, obj_lmc):
     """The ``--peer``, ``--profile`` and ``--restarts`` lines of one model."""
     sa, sb = model_a.state_dict(), model_b.state_dict()
     if args.peer == "rebasin":
@@ -288,7 +288,7 @@ def main() -> None:
             flush=True,
         )
         print(header if len(rows) == 1 else "", row, sep="\n" if len(rows) == 1 else "", flush=True)
-        extras(args, label, spec, model_a, model_b, data.x_train[:2], lmc_s, obj_id, obj_lmc)
+        extras(args, spec, model_a, model_b, data.x_train[:2], lmc_s, obj_id, obj_lmc)
         if args.solvers:
             group, times = solver_times(spec, sa, sb, perm)
             print(
