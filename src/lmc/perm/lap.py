@@ -21,9 +21,9 @@ The dense check runs in float32 with a margin that covers its rounding; rows wit
 are checked again in float64.
 
 Measured (``benchmarks/weight_matching.py --profile``): on weight matching of width-1024
-digits MLPs the sparse solver's assignments took 2.5-4.7x SciPy's time (two runs), so ``scipy`` is the
-default everywhere; ``sparse`` stays an exact option for matrices where few candidates
-suffice.
+digits MLPs the sparse solver's assignments took 2.5-4.7x SciPy's time (two runs), so
+``scipy`` is the default everywhere; ``sparse`` stays an exact option for matrices where few
+candidates suffice.
 """
 
 from __future__ import annotations
