@@ -7,8 +7,10 @@ Two exact solvers of ``max_p Σ_i S[i, p[i]]`` over permutations ``p`` of a squa
 - ``sparse``: a certified candidate-set solver. Each row keeps its ``k`` best columns under the
   column prices ``v`` (warm-started from the previous solve of the same matrix, which late
   weight-matching passes barely change), plus the edges of the current permutation, so a perfect
-  matching always exists; SciPy's sparse solver (``min_weight_full_bipartite_matching``,
-  LAPJVsp) solves that sparse problem, Bellman–Ford on its edges (SciPy's) gives prices ``v``
+  matching always exists; SciPy's ``linear_sum_assignment`` solves that problem with every
+  other edge forbidden (SciPy's sparse LAPJVsp, ``min_weight_full_bipartite_matching``, was
+  used first but loops forever on some float inputs: an 87×87 candidate graph hung it under
+  SciPy 1.16.3 and 1.17.1), Bellman–Ford on its edges (SciPy's) gives prices ``v``
   with every candidate edge's reduced value ``S[i, j] − v[j]`` at most its row's assigned one,
   and a dense check proves the answer optimal on the full matrix: when no row has an entry with
   ``S[i, j] − v[j] > S[i, p[i]] − v[p[i]] + eps`` then ``Σ S[i, q[i]] ≤ Σ S[i, p[i]] + n·eps``
@@ -20,10 +22,10 @@ Two exact solvers of ``max_p Σ_i S[i, p[i]]`` over permutations ``p`` of a squa
 The dense check runs in float32 with a margin that covers its rounding; rows within the margin
 are checked again in float64.
 
-Measured (``benchmarks/weight_matching.py --profile``): on weight matching of width-1024
-digits MLPs the sparse solver's assignments took 2.5-4.7x SciPy's time (two runs), so
-``scipy`` is the default everywhere; ``sparse`` stays an exact option for matrices where few
-candidates suffice.
+Measured with LAPJVsp as the candidate solver, before the change above
+(``benchmarks/weight_matching.py --profile``): on weight matching of width-1024 digits MLPs
+the sparse solver's assignments took 2.5-4.7x SciPy's time (two runs), so ``scipy`` is the
+default everywhere; ``sparse`` stays an exact option (not re-measured since).
 """
 
 from __future__ import annotations
@@ -34,11 +36,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import (
-    NegativeCycleError,
-    bellman_ford,
-    min_weight_full_bipartite_matching,
-)
+from scipy.sparse.csgraph import NegativeCycleError, bellman_ford
 
 from lmc.config import LmcError
 
@@ -123,11 +121,11 @@ def _sparse(
     for rounds in range(1, _MAX_ROUNDS + 1):
         key = torch.unique(rows * n + cols)
         rows, cols = key // n, key % n
-        vals = s[rows, cols]
-        top = float(vals.max())
-        costs = (top + max(1.0, abs(top))) - vals  # all positive: no edge reads as absent
-        graph = csr_matrix((costs.numpy(), (rows.numpy(), cols.numpy())), shape=(n, n))
-        r, c = min_weight_full_bipartite_matching(graph)
+        # the candidate problem: every other edge is forbidden (-inf); SciPy's dense solver
+        # is used on it because its sparse one (LAPJVsp) can loop forever on float costs
+        candidates = np.full((n, n), -np.inf)
+        candidates[rows.numpy(), cols.numpy()] = s[rows, cols].numpy()
+        r, c = linear_sum_assignment(candidates, maximize=True)
         perm = torch.empty(n, dtype=torch.long)
         perm[torch.from_numpy(r).long()] = torch.from_numpy(c).long()
         v = _prices(s, rows, cols, perm)
