@@ -7,6 +7,8 @@ layers.csv, table1.csv, moments.json, spectra.json and study.json into OUT, then
 (report.md, report.html) unless --no-report. The report path is the last line on stdout.
 With --log tensorboard every model the sweep trains writes TensorBoard events into
 LOG_DIR/<run folder name> (default LOG_DIR: OUT/tb); runs reused from the store write none.
+A study whose top-level `experiment` key names another kind (counterexample) runs that
+experiment instead and writes its own results files (docs/studies.md).
 """
 
 from __future__ import annotations

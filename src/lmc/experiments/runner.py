@@ -24,13 +24,15 @@ from lmc.store import (
 from .cells import read_csv
 from .executors import Executor, LocalExecutor
 from .jobs import Context, describe, expand, is_done, load_job_result
+from .kinds import DEFAULT_KIND, experiment_of, get_kind
 from .results import write_csv, write_results
 
 #: The record of a study with variants, in its output folder (its variants in subfolders).
 VARIANTS_FILE = "variants.json"
 
 
-def _now() -> str:
+def now_utc() -> str:
+    """The time now, UTC, ISO 8601 to the second (what ``study.json`` records)."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -69,13 +71,17 @@ def run_study(
         quiet=quiet,
         log_dir=None if log_dir is None else str(Path(log_dir).absolute()),
     )
+    kind = experiment_of(study)
+    if kind != DEFAULT_KIND:  # another kind of experiment runs itself
+        return get_kind(kind).run(study, out, toml_text=toml_text, **options)
     if "variants" in study:
         return _run_variants(study, out, toml_text=toml_text, **options)
-    with made_folder(out, keep=_holds_finished_jobs):
+    with made_folder(out, keep=holds_finished_jobs):
         return _run_study(study, out, toml_text=toml_text, **options)
 
 
-def _holds_finished_jobs(out: Path) -> bool:
+def holds_finished_jobs(out: Path) -> bool:
+    """Whether ``out/jobs`` holds a finished job's record (a failed run keeps the folder)."""
     jobs = out / "jobs"
     return jobs.is_dir() and any(p.suffix == ".json" for p in jobs.iterdir())
 
@@ -90,10 +96,10 @@ def _run_variants(
     variants = study["variants"]
 
     def keep(path: Path) -> bool:
-        return any(_holds_finished_jobs(path / v["name"]) for v in variants)
+        return any(holds_finished_jobs(path / v["name"]) for v in variants)
 
     with made_folder(out, keep=keep):
-        started, wall = _now(), time.perf_counter()
+        started, wall = now_utc(), time.perf_counter()
         records = []
         for i, variant in enumerate(variants, start=1):
             if not options["quiet"]:
@@ -111,7 +117,7 @@ def _run_variants(
                 {"name": v["name"], "folder": v["name"], "changed": v["changed"]} for v in variants
             ],
             "started": started,
-            "finished": _now(),
+            "finished": now_utc(),
             "wall_seconds": time.perf_counter() - wall,
             "jobs": {
                 key: sum(r["jobs"][key] for r in records) for key in ("total", "reused", "run")
@@ -146,7 +152,7 @@ def _run_study(
         quiet=quiet or workers > 1,
         log_dir=log_dir,
     )
-    started, wall = _now(), time.perf_counter()
+    started, wall = now_utc(), time.perf_counter()
     data = load(
         study["data"]["dataset"], data_dir=data_dir, download=download, **study["data"]["options"]
     )
@@ -217,7 +223,7 @@ def _run_study(
     record.update(
         {
             "status": "finished",
-            "finished": _now(),
+            "finished": now_utc(),
             "wall_seconds": time.perf_counter() - wall,
             "jobs": counts,
             "files": {k: str(v.name) for k, v in files.items()},

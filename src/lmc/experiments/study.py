@@ -64,6 +64,7 @@ from lmc.pair.settings import ALIGN_METHODS
 from lmc.train import TrainSettings
 
 from .jobs import pair_settings
+from .kinds import DEFAULT_KIND, experiment_of, get_kind
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,7 +79,11 @@ _TRAIN_KEYS = {f.name for f in fields(TrainSettings)} - {"init_seed", "data_seed
 
 # section -> key -> (allowed types, default). A default of ... means required.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
-    "": {"name": ((str,), "study"), "description": ((str,), "")},
+    "": {
+        "name": ((str,), "study"),
+        "description": ((str,), ""),
+        "experiment": ((str,), DEFAULT_KIND),
+    },
     "data": {"dataset": ((str,), ...), "options": ((dict,), {}), "split": ((str,), "test")},
     "sweep": {
         "widths": ((list,), ...),
@@ -122,7 +127,13 @@ def _check_type(key: str, value: Any, types: tuple[type, ...], source: str | Non
 
 
 def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
-    """Check a parsed study against the schema and fill in defaults; return the resolved study."""
+    """Check a parsed study against the schema and fill in defaults; return the resolved study.
+
+    A study whose ``experiment`` key names another kind than ``"width"`` is resolved by that
+    kind (:mod:`lmc.experiments.kinds`)."""
+    kind = experiment_of(raw, source)
+    if kind != DEFAULT_KIND:
+        return get_kind(kind, source).resolve(copy.deepcopy(raw), source)
     raw = copy.deepcopy(raw)
     study: dict[str, Any] = {}
     for key in raw:
@@ -132,11 +143,7 @@ def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     for key, (types, default) in SCHEMA[""].items():
         study[key] = raw.get(key, default)
         _check_type(key, study[key], types, source)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", study["name"]):
-        raise LmcError(
-            f"'name'{_where(source)} must be a plain name (letters, digits, '.', '_', '-'; "
-            f"no '/' or '..'; it names the output folder), got {study['name']!r}"
-        )
+    check_name(study["name"], source)
     for section in SECTIONS:
         given = raw.get(section, {})
         if not isinstance(given, dict):
@@ -175,6 +182,17 @@ def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
         study[section] = resolved
     _check_values(study, source)
     return study
+
+
+def check_name(name: str, source: str | None = None) -> str:
+    """``name`` if it is a plain study name (it names the output folder), else an
+    ``LmcError``."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
+        raise LmcError(
+            f"'name'{_where(source)} must be a plain name (letters, digits, '.', '_', '-'; "
+            f"no '/' or '..'; it names the output folder), got {name!r}"
+        )
+    return name
 
 
 def _resolve_model(
@@ -337,6 +355,13 @@ def resolve_file(raw: dict[str, Any], source: str | None = None) -> dict[str, An
     (:mod:`lmc.experiments.variants`)."""
     from .variants import split_variants
 
+    kind = experiment_of(raw, source)
+    if kind != DEFAULT_KIND:
+        if "variants" in raw:
+            raise LmcError(
+                f"[[variants]]{_where(source)} are for width studies, not experiment {kind!r}"
+            )
+        return resolve(raw, source=source)
     variants = split_variants(raw, source)
     if not variants:
         return resolve(raw, source=source)

@@ -14,6 +14,7 @@ from lmc.store import atomic_path, check_output_place, output_files, write_text
 
 from . import figures as F
 from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, to_html, to_markdown
+from .kinds import report_for
 from .results import Results, load_results, method_sort_key
 from .style import SCREEN_DPI, fmt_wd, fmt_width, method_style
 from .table import CALIBRATION_COLUMNS, merge_table1, table1
@@ -530,7 +531,12 @@ def undefined_values(res: Results) -> list[Block]:
 
 
 def reproducibility(res: Results) -> list[Block]:
-    study = res.study
+    return reproducibility_blocks(res.study, res.path, res.toml)
+
+
+def reproducibility_blocks(study: dict, path: Path, toml: str | None) -> list[Block]:
+    """The report's last section: when and where the study ran, the environment, the
+    resolved configuration (``study`` is ``study.json``'s contents) and the study file."""
     blocks: list[Block] = [Heading(2, "Reproducibility")]
     jobs = study.get("jobs") if isinstance(study.get("jobs"), dict) else {}
     run_rows = [
@@ -539,12 +545,12 @@ def reproducibility(res: Results) -> list[Block]:
         ["wall time", fmt_seconds(study.get("wall_seconds"))],
         [
             "jobs",
-            f"{jobs.get('total', DASH)} total, {jobs.get('reused', DASH)} reused from the run "
-            f"store, {jobs.get('run', DASH)} run"
+            f"{jobs.get('total', DASH)} total, {jobs.get('reused', DASH)} reused (finished "
+            f"earlier), {jobs.get('run', DASH)} run"
             if jobs
             else DASH,
         ],
-        ["results folder", f"`{res.path}`"],
+        ["results folder", f"`{path}`"],
     ]
     blocks.append(Heading(3, "Run"))
     blocks.append(Table(["item", "value"], run_rows))
@@ -561,10 +567,10 @@ def reproducibility(res: Results) -> list[Block]:
         blocks.append(Code(json.dumps(config, indent=2, default=str), "json"))
     else:
         blocks.append(Note("No configuration recorded (study.json absent or without it)."))
-    if res.toml:
+    if toml:
         blocks.append(Heading(3, "Study file"))
         blocks.append(Para("`study.toml` as given:"))
-        blocks.append(Code(res.toml, "toml"))
+        blocks.append(Code(toml, "toml"))
     return blocks
 
 
@@ -595,6 +601,9 @@ def write_report(
     """
     if is_variants_folder(results_dir):  # a study with variants: theirs and an index
         return write_variants_report(results_dir, out_dir=out_dir, title=title, quiet=quiet)
+    kind_report = report_for(results_dir)
+    if kind_report is not None:  # another kind of experiment than a width study
+        return kind_report(results_dir, out_dir=out_dir, title=title, quiet=quiet)
     res = load_results(results_dir)
     out = Path(out_dir) if out_dir is not None else res.path
     check_output_place(out, "report folder")
