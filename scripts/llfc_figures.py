@@ -17,6 +17,11 @@ README quotes, so every number there can be re-derived from the committed files:
         distance ||W_A - W_B||_F and against the feature distance ||H_A - H_B||_F / sqrt(N),
         one marker per method, and the relative residual commutativity_relative (= the
         commutativity distance over the product of the two distances, in [0, 1]); LLFC Fig. 7
+    python scripts/llfc_figures.py stitching RESULTS_DIR  OUT.png
+        a study with [stitch] enabled, with or without variants (recipe
+        llfc-stitching-fmnist-mlp): the test error of A's first l layers followed by B's
+        (stitch.csv), against l = 0 (B) .. L (A), one line per variant and method, beside the
+        endpoints' mean error; LLFC App. B.4, Tables 2-3. Errors in percent
 
 Conventions: every quantity is read at lambda = 1/2 (theta(1/2) = (theta_A + theta_B)/2; for a
 matched pair B is the permuted B). Means and sample standard deviations (ddof 1; 0 for one
@@ -271,7 +276,63 @@ def methods(results: Path, out: Path) -> None:
     save_figure(fig, out, ("png",))
 
 
-COMMANDS = {"spawning": spawning, "methods": methods}
+def _variant_label(name: str, changed: dict) -> str:
+    """A spawn-epoch variant as "independent" / "spawned at epoch K", else its name."""
+    if "sweep.spawn_epoch" not in changed:
+        return name
+    k = int(changed["sweep.spawn_epoch"])
+    return "independent" if k == 0 else f"spawned at epoch {k}"
+
+
+def stitching(results: Path, out: Path) -> None:
+    folders = (
+        [(_variant_label(name, changed), folder) for name, changed, folder in _variants(results)]
+        if (results / "variants.json").is_file()
+        else [("", results)]
+    )
+    fig, axes = new_figure(1, 1, panel=(5.6, 3.8))
+    ax = axes[0][0]
+    endpoints, total = [], 0
+    for name, folder in folders:
+        rows = read_csv(folder / "stitch.csv")
+        for method in sorted({r["method"] for r in rows}, key=method_sort_key):
+            by_layer = _grouped(
+                [r for r in rows if r["method"] == method],
+                lambda r: r["layer"],
+                lambda r: r["error"],
+            )
+            layers = sorted(by_layer)
+            stats = [mean_std(by_layer[k]) for k in layers]
+            means = [100 * m for m, _ in stats]
+            label = (
+                f"{name}, {METHOD_LABELS.get(method, method)}"
+                if name
+                else METHOD_LABELS.get(method, method)
+            )
+            ax.plot(layers, means, marker=METHOD_MARKERS.get(method, "o"), label=label)
+            ends = [
+                (r["error_a"] + r["error_b"]) / 2
+                for r in rows
+                if r["method"] == method and r["layer"] == 0
+            ]
+            endpoints.extend(ends)
+            total = max(total, int(max(layers)))
+            interior = [f"{100 * m:.2f} ± {100 * sd:.2f}" for m, sd in stats]
+            print(
+                f"{label}: stitched error (%) at l = {', '.join(str(int(k)) for k in layers)}: "
+                f"{' / '.join(interior)}; endpoints {100 * mean_std(ends)[0]:.2f}"
+            )
+    ax.axhline(100 * mean_std(endpoints)[0], color="#555555", ls=":", label="mean endpoint error")
+    ax.set_xticks(range(total + 1), ["0\nB", *(str(i) for i in range(1, total)), f"{total}\nA"])
+    ax.set_xlabel("l: layers taken from A (then B's)")
+    ax.set_ylabel("test error (%)")
+    ax.set_yscale("log")
+    ax.legend(frameon=False, fontsize=8)
+    ax.grid(alpha=0.3)
+    save_figure(fig, out, ("png",))
+
+
+COMMANDS = {"spawning": spawning, "methods": methods, "stitching": stitching}
 
 
 def main(argv: list[str]) -> int:

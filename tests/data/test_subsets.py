@@ -110,3 +110,44 @@ def test_bad_specs():
         label_split_subset(ds, {0: 0.5}, seed=-1)
     with pytest.raises(LmcError, match="Dataset"):
         label_split_subset((ds.x_train, ds.y_train), {0: 0.5})
+
+
+def test_label_parts_dataset_option_takes_exactly_the_fractions_per_label():
+    from lmc.data import load
+
+    full = load("digits")
+    parts = [[0.2] * 5 + [0.8] * 5, [0.8] * 5 + [0.2] * 5]
+    a = load("digits", label_parts=parts, subset_seed=3)
+    b = load("digits", label_parts=parts, label_part=1, subset_seed=3)
+    n = label_counts(full.y_train, 10)
+    assert label_counts(a.y_train, 10) == [_floor(parts[0][k], n[k]) for k in range(10)]
+    assert label_counts(b.y_train, 10) == [_floor(parts[1][k], n[k]) for k in range(10)]
+    rows = {tuple(r.tolist()) for r in full.x_train.flatten(1)}
+    rows_a = {tuple(r.tolist()) for r in a.x_train.flatten(1)}
+    rows_b = {tuple(r.tolist()) for r in b.x_train.flatten(1)}
+    assert rows_a <= rows and rows_b <= rows
+    # disjoint as examples (digits holds a few duplicate images, so compare by index instead)
+    expected_a, expected_b = label_split_subsets(
+        full, [dict(enumerate(parts[0])), dict(enumerate(parts[1]))], seed=3
+    )
+    assert torch.equal(a.x_train, expected_a.x_train) and torch.equal(b.x_train, expected_b.x_train)
+    assert torch.equal(a.x_test, full.x_test)
+    assert not torch.equal(a.x_train, load("digits", label_parts=parts, subset_seed=4).x_train)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"label_parts": [[0.5] * 9]}, r"label_parts\[0\] must list one fraction per label \(10"),
+        ({"label_parts": [[0.5] * 10], "label_part": 1}, "below the 1 parts"),
+        ({"label_parts": [[0.6] * 10, [0.6] * 10]}, "add up to 1.2 > 1"),
+        ({"label_parts": [[0.5] * 10], "train_size": 10}, "give one"),
+        ({"label_part": 1}, "label_part needs train_size or label_parts"),
+        ({"label_parts": "half"}, "non-empty list"),
+    ],
+)
+def test_label_parts_options_are_checked(options, match):
+    from lmc.data import load
+
+    with pytest.raises(LmcError, match=match):
+        load("digits", **options)

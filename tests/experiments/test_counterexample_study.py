@@ -50,8 +50,10 @@ def test_defaults_are_filled_and_every_key_is_checked():
 
 
 def test_an_unknown_experiment_lists_the_kinds():
-    with pytest.raises(LmcError, match=r"unknown experiment 'onset'.*width, counterexample"):
-        resolve({"name": "x", "experiment": "onset"})
+    with pytest.raises(
+        LmcError, match=r"unknown experiment 'frobnicate'.*width, counterexample, merge-many"
+    ):
+        resolve({"name": "x", "experiment": "frobnicate"})
     with pytest.raises(LmcError, match=r"'experiment' must be str"):
         resolve({"name": "x", "experiment": 3})
     assert kind_names()[0] == "width" and "counterexample" in kind_names()
@@ -123,6 +125,6 @@ def test_docs_document_every_setting():
 
 
 def test_a_folder_of_a_kind_without_a_report_is_a_clear_error(tmp_path):
-    (tmp_path / "study.json").write_text(json.dumps({"experiment": "onset", "name": "x"}))
-    with pytest.raises(LmcError, match=r"kind 'onset', which has no report"):
+    (tmp_path / "study.json").write_text(json.dumps({"experiment": "frobnicate", "name": "x"}))
+    with pytest.raises(LmcError, match=r"kind .frobnicate., which has no report"):
         write_report(tmp_path)

@@ -172,3 +172,17 @@ def test_batchnorm_modes_are_recorded(store_runs, tmp_path, capsys, mode):
     assert summary["bn"] == {"auto": "reset", "repair": "repair", "none": "none"}[mode]
     assert summary["method"] == ("batched" if mode == "none" else "loop")
     assert json.loads((tmp_path / mode / "summary.json").read_text())["bn"] == summary["bn"]
+
+
+def test_stitch_flag_reports_the_stitched_errors(store_runs, tmp_path, capsys):
+    base = ["interpolate", str(store_runs["a"]), str(store_runs["b"]), "--lambdas", "3",
+            "--quiet", "--device", "cpu", "--stitch", "--align", "weight"]  # fmt: skip
+    assert main([*base, "--json", "--out", str(tmp_path / "j")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    errors = summary["stitch_errors"]
+    assert len(errors) == 5  # depth 3: three hidden layers and the logits, l = 0..4
+    # l = 0 is B alone and l = L is A alone: the endpoints' errors on the same split
+    assert errors[0] == pytest.approx(1 - summary["accuracy"][-1], abs=1e-9)
+    assert errors[-1] == pytest.approx(1 - summary["accuracy"][0], abs=1e-9)
+    assert main([*base, "--out", str(tmp_path / "t")]) == 0
+    assert "stitched error, l = 0 (B) .. 4 (A):" in capsys.readouterr().out

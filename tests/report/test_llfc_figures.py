@@ -222,7 +222,45 @@ def test_usage_on_bad_arguments(capsys):
     assert "spawning" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["spawning", "methods"])
+def _stitch_folder(root: Path) -> tuple[Path, dict]:
+    """A two-variant study (spawn epochs 0 and 3) with stitch.csv; returns the folder and the
+    errors per (label, layer) over pairs."""
+    variants = [{"name": "k0", "folder": "k0", "changed": {"sweep.spawn_epoch": 0}},
+                {"name": "k3", "folder": "k3", "changed": {"sweep.spawn_epoch": 3}}]  # fmt: skip
+    root.mkdir(parents=True)
+    (root / "variants.json").write_text(json.dumps({"variants": variants}))
+    expected: dict = {}
+    for v, scale in (("k0", 1.0), ("k3", 0.5)):
+        rows = []
+        for method in ("none", "weight"):
+            for pair in (0, 1):
+                errors = [0.1, 0.5 * scale + 0.01 * pair, 0.3 * scale, 0.12 + 0.01 * pair]
+                for layer, error in enumerate(errors):
+                    rows.append({"width": 8, "weight_decay": 0.0001, "pair": pair,
+                                 "method": method, "layer": layer, "layers": 3, "error": error,
+                                 "error_a": errors[-1], "error_b": errors[0]})  # fmt: skip
+                    label = ("independent" if v == "k0" else "spawned at epoch 3", method)
+                    expected.setdefault((*label, layer), []).append(100 * error)
+        _write_csv(root / v / "stitch.csv", rows)
+    return root, expected
+
+
+def test_stitching_figure_and_numbers(tmp_path, capsys):
+    results, expected = _stitch_folder(tmp_path / "results")
+    out = tmp_path / "stitching.png"
+    assert _script().main(["stitching", str(results), str(out)]) == 0
+    assert out.stat().st_size > 10_000
+    printed = capsys.readouterr().out
+    labels = {"none": "no permutation", "weight": "weight matching"}
+    for variant in ("independent", "spawned at epoch 3"):
+        for method, label in labels.items():
+            line = _line(printed, f"{variant}, {label}: ")
+            cells = [f"{_mean(expected[(variant, method, k)]):.2f} ± "
+                     f"{_std(expected[(variant, method, k)]):.2f}" for k in range(4)]  # fmt: skip
+            assert " / ".join(cells) in line
+
+
+@pytest.mark.parametrize("command", ["spawning", "methods", "stitching"])
 def test_missing_results_folder_is_an_error(command, tmp_path):
     with pytest.raises((OSError, ValueError)):
         _script().main([command, str(tmp_path / "absent"), str(tmp_path / "f.png")])
@@ -230,7 +268,11 @@ def test_missing_results_folder_is_an_error(command, tmp_path):
 
 @pytest.mark.parametrize(
     "command, folder",
-    [("spawning", "llfc-spawning-fmnist-mlp"), ("methods", "llfc-methods-fmnist-mlp")],
+    [
+        ("spawning", "llfc-spawning-fmnist-mlp"),
+        ("methods", "llfc-methods-fmnist-mlp"),
+        ("stitching", "llfc-stitching-fmnist-mlp"),
+    ],
 )
 def test_each_figure_is_drawn_from_committed_results(command, folder, tmp_path, capsys):
     out = tmp_path / "figure.png"

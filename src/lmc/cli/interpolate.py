@@ -93,6 +93,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also evaluate A -> A + |B - A| u for a random unit direction u (flatness control)",
     )
     parser.add_argument(
+        "--stitch",
+        action="store_true",
+        help="also measure the test error of A's first l layers followed by (aligned) B's, "
+        "l = 0 (B) .. L (A) (LLFC App. B.4; summary key stitch_errors)",
+    )
+    parser.add_argument(
         "--calibration-seed",
         type=int,
         default=0,
@@ -152,6 +158,7 @@ def settings_from_args(args: argparse.Namespace):
         max_examples=args.max_examples,
         path=path,
         baseline=args.baseline,
+        stitch=args.stitch,
     )
 
 
@@ -233,6 +240,9 @@ def run(args: argparse.Namespace) -> int:
         print("random-direction baseline:")
         print(format_table(result.baseline))
         print(_barrier_lines(summary["baseline"]))
+    if result.stitch_errors is not None:
+        errors = " / ".join(f"{e:.4f}" for e in result.stitch_errors)
+        print(f"stitched error, l = 0 (B) .. {len(result.stitch_errors) - 1} (A): {errors}")
     for name in written:
         print(f"wrote {name}", file=sys.stderr)
     return 0

@@ -119,16 +119,12 @@ def _check_runs(runs: list) -> None:
 
 @torch.no_grad()
 def _evaluate(model, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> dict[str, float]:
-    from lmc.metrics import cross_entropy_at, expected_calibration_error, model_logits
+    from lmc.metrics import classification_metrics, model_logits
     from lmc.models import eval_mode
 
     with eval_mode(model):
         logits = model_logits(model, x, 1024, device)
-    return {
-        "test_loss": cross_entropy_at(logits, y.to(logits.device)),
-        "test_accuracy": float((logits.argmax(1) == y.to(logits.device)).double().mean()),
-        "test_ece": expected_calibration_error(logits, y, kind="logits"),
-    }
+    return {f"test_{k}": v for k, v in classification_metrics(logits, y).items()}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,12 +3,13 @@
 The study expands into train -> merge (align, interpolate, analyse) jobs. Finished training
 runs come from the run store and finished merges from OUT/jobs, so an interrupted sweep
 resumes where it stopped and a larger grid runs only what is new. Writes results.csv,
-layers.csv, table1.csv, moments.json, spectra.json and study.json into OUT, then the report
-(report.md, report.html) unless --no-report. The report path is the last line on stdout.
-With --log tensorboard every model the sweep trains writes TensorBoard events into
-LOG_DIR/<run folder name> (default LOG_DIR: OUT/tb); runs reused from the store write none.
-A study whose top-level `experiment` key names another kind (counterexample) runs that
-experiment instead and writes its own results files (docs/studies.md).
+layers.csv, table1.csv, moments.json, spectra.json, stitch.csv (with [stitch] enabled) and
+study.json into OUT, then the report (report.md, report.html) unless --no-report. The report
+path is the last line on stdout. With --log tensorboard every model the sweep trains writes
+TensorBoard events into LOG_DIR/<run folder name> (default LOG_DIR: OUT/tb); runs reused from
+the store write none. A study whose top-level `experiment` key names another kind
+(counterexample, merge-many, onset) runs that experiment instead and writes its own results
+files (docs/studies.md).
 """
 
 from __future__ import annotations
@@ -119,7 +120,10 @@ def finish(record: dict, out: Path, args: argparse.Namespace) -> int:
         f"{record['name']}: {jobs['total']} jobs ({jobs['run']} run, {jobs['reused']} reused) "
         f"in {record['wall_seconds']:.0f} s; results in {out}"
     )
-    print(record.get("report_html", out / "results.csv"))
+    # the main results file: results.csv, variants.csv, or another kind's record
+    default = "variants.csv" if "variants" in record else "study.json"
+    main_file = record.get("files", {}).get("results", default)
+    print(record.get("report_html", out / main_file))
     return 0
 
 

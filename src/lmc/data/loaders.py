@@ -16,7 +16,7 @@ from .cifar import LAYOUTS, has_files, read_cifar
 from .dataset import Dataset, build_dataset
 from .download import download as download_files
 from .idx import read_idx
-from .subsets import random_train_subset
+from .subsets import label_part_subset, random_train_subset
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 from .synthetic import make_synthetic
 
@@ -31,8 +31,10 @@ _ALIASES = {
 
 # digits: fraction of each class held out for testing, and the fixed seed of that split.
 DIGITS_TEST_FRACTION = 0.25
-#: Options of every dataset except synthetic: a random training subset.
-SUBSET_OPTIONS = ("train_size", "subset_seed")
+#: Options of every dataset except synthetic: a random training subset (``train_size``), or
+#: one part of disjoint subsets chosen by label (``label_parts``, ``label_part``); the seed of
+#: either is ``subset_seed``.
+SUBSET_OPTIONS = ("train_size", "subset_seed", "label_parts", "label_part")
 DIGITS_SPLIT_SEED = 0
 
 # IDX file stems of MNIST and Fashion-MNIST (each may also end in .gz).
@@ -91,8 +93,11 @@ def load(
     ``(32,)``), ``num_classes`` (10), ``train_size`` (4096), ``test_size`` (1024), ``seed`` (0),
     ``separation`` (4.0) and ``clusters_per_class`` (1), documented in
     :mod:`lmc.data.synthetic`. Every other dataset takes ``train_size`` (keep a random subset
-    of that many training examples: :func:`lmc.data.subsets.random_train_subset`) and
-    ``subset_seed`` (default 0); the test split is always whole.
+    of that many training examples: :func:`lmc.data.subsets.random_train_subset`), or
+    ``label_parts`` and ``label_part`` (keep part ``label_part`` (default 0) of the disjoint
+    subsets by label that ``label_parts`` lists, one list of per-label fractions per part:
+    :func:`lmc.data.subsets.label_part_subset`), each seeded by ``subset_seed`` (default 0);
+    the test split is always whole.
 
     The result is deterministic: the same call gives the same bits. See :class:`Dataset` for
     shapes, dtypes and the normalisation convention.
@@ -123,10 +128,20 @@ def load(
         data = _load_idx(key, data_dir, download, dev)
     else:
         data = _load_cifar(key, data_dir, download, dev)
+    if "train_size" in options and "label_parts" in options:
+        raise LmcError(f"{key}: train_size and label_parts are two kinds of subset; give one")
     if "train_size" in options:
         data = random_train_subset(data, options["train_size"], options.get("subset_seed", 0))
-    elif "subset_seed" in options:
-        raise LmcError(f"{key}: subset_seed needs train_size (the size of the random subset)")
+    elif "label_parts" in options:
+        data = label_part_subset(
+            data,
+            options["label_parts"],
+            options.get("label_part", 0),
+            options.get("subset_seed", 0),
+        )
+    elif "subset_seed" in options or "label_part" in options:
+        given = "subset_seed" if "subset_seed" in options else "label_part"
+        raise LmcError(f"{key}: {given} needs train_size or label_parts (the subset it picks)")
     return data
 
 

@@ -141,6 +141,40 @@ def label_split_subset(dataset: Dataset, fractions: Mapping[Any, float], seed: i
     return label_split_subsets(dataset, [fractions], seed)[0]
 
 
+def label_part_subset(
+    dataset: Dataset, parts: Sequence[Sequence[float]], part: int = 0, seed: int = 0
+) -> Dataset:
+    """Part ``part`` of the disjoint training subsets ``parts`` lists, as the dataset options
+    ``label_parts`` / ``label_part`` / ``subset_seed`` ask (:func:`lmc.data.load`).
+
+    ``parts``: one list per part of ``num_classes`` fractions, entry ``k`` the fraction of
+    label ``k``'s training examples that part holds (e.g. Git Re-Basin §5.4's A and B:
+    ``[[0.2] * 5 + [0.8] * 5, [0.8] * 5 + [0.2] * 5]``). Every part is cut from the same
+    seeded order (:func:`label_split_subsets`), so the parts of one ``parts`` and ``seed``
+    are disjoint whichever is loaded, and loading part ``s`` gives the same examples as the
+    ``s``-th subset of ``label_split_subsets``.
+    """
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence) or not parts:
+        raise LmcError(
+            f"label_parts must be a non-empty list of per-label fraction lists, got {parts!r}"
+        )
+    c = dataset.num_classes
+    specs = []
+    for s, row in enumerate(parts):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or len(row) != c:
+            raise LmcError(
+                f"label_parts[{s}] must list one fraction per label ({c} for {dataset.name}), "
+                f"got {row!r}"
+            )
+        specs.append(dict(enumerate(row)))
+    part = check_int("label_part", part, minimum=0)
+    if part >= len(specs):
+        raise LmcError(
+            f"label_part must be below the {len(specs)} parts of label_parts, got {part}"
+        )
+    return label_split_subsets(dataset, specs, seed)[part]
+
+
 def ab_split(
     dataset: Dataset,
     seed: int = 0,

@@ -37,6 +37,7 @@ from lmc.metrics import lambda_grid
 from lmc.store import made_folder, output_files, read_json, write_json, write_text
 
 from .counterexample import SCALE, counterexample_paths
+from .kind_settings import header, table, where
 from .kinds import ExperimentKind, register_kind
 from .results import write_csv
 from .runner import holds_finished_jobs, now_utc
@@ -66,50 +67,18 @@ BARRIER_COLUMNS = [
 ]
 
 
-def _where(source: str | None) -> str:
-    return f" in {source}" if source else ""
-
-
-def _typed(key: str, value: Any, types: tuple[type, ...], source: str | None) -> Any:
-    if isinstance(value, bool) or not isinstance(value, types):
-        names = " or ".join(t.__name__ for t in types)
-        raise LmcError(f"key {key!r}{_where(source)} must be {names}, got {value!r}")
-    return value
-
-
 def resolve_counterexample(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     """Check a parsed counterexample study and fill in its defaults (module docstring)."""
-    for key in raw:
-        if key not in TOP_LEVEL:
-            raise LmcError(
-                f"unknown key {key!r}{_where(source)} for experiment {KIND!r}; "
-                f"top-level keys are {', '.join(TOP_LEVEL)}"
-            )
-    name = _typed("name", raw.get("name", KIND), (str,), source)
-    description = _typed("description", raw.get("description", ""), (str,), source)
-    given = raw.get(KIND, {})
-    if not isinstance(given, dict):
-        raise LmcError(f"{KIND!r}{_where(source)} must be a table ([{KIND}])")
-    for key in given:
-        if key not in SETTINGS:
-            raise LmcError(
-                f"unknown key '{KIND}.{key}'{_where(source)}; known: {', '.join(SETTINGS)}"
-            )
-    settings = {}
-    for key, (types, default) in SETTINGS.items():
-        settings[key] = _typed(f"{KIND}.{key}", given.get(key, default), types, source)
-    where = f"'{KIND}.%s'{_where(source)}"
-    check_int(where % "n", settings["n"], minimum=2)
-    check_int(where % "seed", settings["seed"], minimum=0)
-    settings["scale"] = float(check_number(where % "scale", settings["scale"], positive=True))
+    name, description = header(raw, KIND, TOP_LEVEL, source)
+    settings = table(raw.get(KIND, {}), SETTINGS, KIND, source)
+    at = f"'{KIND}.%s'{where(source)}"
+    check_int(at % "n", settings["n"], minimum=2)
+    check_int(at % "seed", settings["seed"], minimum=0)
+    settings["scale"] = float(check_number(at % "scale", settings["scale"], positive=True))
     try:
         lambda_grid(settings["lambdas"])
     except LmcError as exc:
-        raise LmcError(f"{where % 'lambdas'}: {exc}") from None
-    # the study name must be a plain folder name, as for a width study
-    from .study import check_name
-
-    check_name(name, source)
+        raise LmcError(f"{at % 'lambdas'}: {exc}") from None
     return {"name": name, "description": description, "experiment": KIND, KIND: settings}
 
 

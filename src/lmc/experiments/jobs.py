@@ -119,6 +119,8 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
                         "analysis": study["analysis"],
                         "labels": {**labels, "method": method},
                     }
+                    if study.get("stitch", {}).get("enabled"):  # absent: earlier job ids hold
+                        job["stitch"] = study["stitch"]
                     job["id"] = f"merge-{config_hash(job)}"
                     merge_jobs.append(job)
     return list(train_jobs.values()), merge_jobs
@@ -212,6 +214,7 @@ def pair_settings(job: dict[str, Any]):
         )
         if analysis["enabled"]
         else None,
+        stitch=bool(job.get("stitch", {}).get("enabled", False)),
     )
 
 
@@ -246,6 +249,8 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
         "barriers": pair.path.barriers(),
         "align": pair.alignment,
     }
+    if pair.stitch_errors is not None:
+        result["stitch_errors"] = pair.stitch_errors
     if pair.analysis is not None:
         result["layers"] = pair.analysis.records
         if job["method"] == "none":

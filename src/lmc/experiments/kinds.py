@@ -28,7 +28,11 @@ from lmc.config import LmcError
 #: The kind a study file without an ``experiment`` key is.
 DEFAULT_KIND = "width"
 #: lmc's own kinds besides width studies: name -> the module that registers it on import.
-BUILTIN_KINDS = {"counterexample": "lmc.experiments.counterexample_study"}
+BUILTIN_KINDS = {
+    "counterexample": "lmc.experiments.counterexample_study",
+    "merge-many": "lmc.experiments.merge_many_study",
+    "onset": "lmc.experiments.onset_study",
+}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@ Files written into the study's output folder:
   layerwise analysis (``lmc.analysis`` record keys);
 - ``moments.json`` / ``spectra.json``: per-unit root second moments and singular values of
   each layer of A and B (method ``none`` only: permutations do not change them);
+- ``stitch.csv`` (``[stitch] enabled``): one row per (width, weight_decay, pair, method,
+  layer) with the test error (a fraction) of the model that runs A's first ``layer`` layers
+  and B's (aligned by ``method``) others, ``layers`` = L of the model, and the endpoints'
+  errors ``error_a`` (layer = L) and ``error_b`` (layer = 0) repeated on each row
+  (:func:`lmc.analysis.stitching_errors`, LLFC App. B.4);
 - ``table1.csv``: midpoint (lam = 1/2) summary per (width, weight_decay, method), mean and
   sample standard deviation over pairs, in the shape of the width paper's Table 1; undefined
   calibrations are left out of its means and counted (:func:`lmc.experiments.table.table1`).
@@ -143,6 +148,31 @@ def layer_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+#: Results files a study writes only when its settings ask for them (a re-run that does not
+#: removes an earlier run's, so a folder never mixes two runs' files).
+OPTIONAL_RESULTS = ("layers.csv", "moments.json", "spectra.json", "stitch.csv", "results.parquet")
+STITCH_COLUMNS = [*KEY_COLUMNS, "layer", "layers", "error", "error_a", "error_b"]
+
+
+def stitch_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """stitch.csv rows of one merge job (none unless it measured stitching)."""
+    errors = result.get("stitch_errors")
+    if not errors:
+        return []
+    labels, total = result["labels"], len(errors) - 1
+    return [
+        {
+            **{k: labels[k] for k in KEY_COLUMNS},
+            "layer": layer,
+            "layers": total,
+            "error": error,
+            "error_a": errors[-1],
+            "error_b": errors[0],
+        }  # fmt: skip
+        for layer, error in enumerate(errors)
+    ]
+
+
 def unit_records(result: dict[str, Any], field: str, key: str) -> list[dict[str, Any]]:
     """moments.json / spectra.json entries of one merge job (empty unless method none)."""
     labels = result["labels"]
@@ -177,6 +207,10 @@ def write_results(
     if layers:
         paths["layers"] = out / "layers.csv"
         write_csv(paths["layers"], layers, LAYER_ID_COLUMNS)
+    stitched = [row for result in results for row in stitch_rows(result)]
+    if stitched:
+        paths["stitch"] = out / "stitch.csv"
+        write_csv(paths["stitch"], stitched, STITCH_COLUMNS)
     for field, key in (("moments", "values"), ("spectra", "singular_values")):
         entries = [e for result in results for e in unit_records(result, field, key)]
         if entries:

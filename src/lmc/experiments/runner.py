@@ -25,7 +25,7 @@ from .cells import read_csv
 from .executors import Executor, LocalExecutor
 from .jobs import Context, describe, expand, is_done, load_job_result
 from .kinds import DEFAULT_KIND, experiment_of, get_kind
-from .results import write_csv, write_results
+from .results import OPTIONAL_RESULTS, write_csv, write_results
 
 #: The record of a study with variants, in its output folder (its variants in subfolders).
 VARIANTS_FILE = "variants.json"
@@ -220,6 +220,8 @@ def _run_study(
     results = [load_job_result(job, ctx) for job in merge_jobs]
     with output_files(out, None) as stage:  # the results files replace earlier ones together
         files = {k: out / Path(v).name for k, v in write_results(stage, study, results).items()}
+    for name in set(OPTIONAL_RESULTS) - {p.name for p in files.values()}:
+        (out / name).unlink(missing_ok=True)  # an earlier run's, which this one did not make
     record.update(
         {
             "status": "finished",

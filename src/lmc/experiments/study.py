@@ -44,6 +44,9 @@ resolved study (defaults filled in) is what gets recorded beside the results.
     enabled = true
     lambdas = [0.5]
     max_examples = 2000
+
+    [stitch]                         # LLFC App. B.4: A's first l layers, then aligned B's
+    enabled = false                  # stitch.csv: the error per l = 0..L of every merge job
 """
 
 from __future__ import annotations
@@ -109,8 +112,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "lambdas": ((list, float, int), [0.5]),
         "max_examples": ((int,), 2000),
     },
+    "stitch": {"enabled": ((bool,), False)},
 }
-SECTIONS = ("data", "model", "sweep", "train", "merge", "analysis")
+SECTIONS = ("data", "model", "sweep", "train", "merge", "analysis", "stitch")
 
 
 def _where(source: str | None) -> str:
@@ -152,19 +156,9 @@ def resolve(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
             study["model"] = _resolve_model(given, source, study.get("data"))
             continue
         if section == "train":
-            unknown = set(given) - _TRAIN_KEYS
-            if unknown:
-                key = sorted(unknown)[0]
-                raise LmcError(
-                    f"unknown key 'train.{key}'{_where(source)}; known: "
-                    f"{', '.join(sorted(_TRAIN_KEYS))} (weight decays and seeds "
-                    "are set in [sweep])"
-                )
-            try:  # type and value checks
-                TrainSettings.from_dict(given)
-            except LmcError as exc:
-                raise LmcError(f"[train]{_where(source)}: {exc}") from None
-            study["train"] = given
+            from .kind_settings import resolve_train
+
+            study["train"] = resolve_train(given, "[sweep]", source)
             continue
         resolved = {}
         for key in given:
@@ -310,6 +304,8 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
     study["analysis"]["lambdas"] = [float(v) for v in lams]
     if not all(0.0 <= v <= 1.0 for v in study["analysis"]["lambdas"]):
         raise LmcError(f"'analysis.lambdas'{where} must lie in [0, 1]")
+    if study["stitch"]["enabled"]:
+        _check_stitchable(study, where)
     # The settings every merge job will build, built now: a value only they rule out (a
     # lambda outside [0, 1], ...) fails here, before any run is trained.
     for method in merge["methods"]:
@@ -319,6 +315,25 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
             pair_settings(job)
         except LmcError as exc:
             raise LmcError(f"[merge]{where}: {exc}") from None
+
+
+def _check_stitchable(study: dict[str, Any], where: str) -> None:
+    """``[stitch] enabled`` needs a model :mod:`lmc.analysis.stitch` can cut into layers:
+    checked on the study's narrowest model, before anything is trained."""
+    from lmc.analysis import num_stitch_layers
+    from lmc.models import build
+
+    from .jobs import model_options
+
+    entry = get_model(study["model"]["name"])
+    given = _data_given(entry, study["data"])
+    width = min(study["sweep"]["widths"])
+    try:
+        model = build(study["model"]["name"], **given, num_classes=10,
+                      **model_options(study, width))  # fmt: skip
+        num_stitch_layers(model)
+    except LmcError as exc:
+        raise LmcError(f"'stitch.enabled'{where}: {exc}") from None
 
 
 def _at(section: str, where: str, check, key: str, value: Any, **limits: Any) -> Any:

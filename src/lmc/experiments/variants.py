@@ -37,7 +37,7 @@ from typing import Any
 from lmc.config import LmcError
 
 #: The study tables a variant may change.
-TABLES = ("data", "model", "sweep", "train", "merge", "analysis")
+TABLES = ("data", "model", "sweep", "train", "merge", "analysis", "stitch")
 
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 

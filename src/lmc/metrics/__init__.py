@@ -17,7 +17,7 @@ Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
 - :func:`random_direction_state`: the flatness control.
 - :func:`expected_calibration_error`, :func:`reliability_curve` (:class:`ReliabilityCurve`)
   and :func:`draw_reliability_diagram`: ECE over equal-width confidence bins
-  (:mod:`lmc.metrics.ece`).
+  (:mod:`lmc.metrics.ece`); :func:`classification_metrics`: loss, accuracy and ECE of logits.
 """
 
 from .barriers import (
@@ -51,6 +51,7 @@ from .calibration import (
 from .chain import chain_forward, chain_plan
 from .ece import (
     ReliabilityCurve,
+    classification_metrics,
     draw_reliability_diagram,
     expected_calibration_error,
     reliability_curve,
@@ -81,6 +82,7 @@ __all__ = [
     "PathResult",
     "PathSettings",
     "ReliabilityCurve",
+    "classification_metrics",
     "accuracy_barrier",
     "at_bound",
     "auto_batch_size",

@@ -192,3 +192,20 @@ def draw_reliability_diagram(
     ax.set_title(f"ECE = {curve.ece:.4f} ({curve.bins} bins, n = {curve.n})")
     ax.legend(loc="upper left", frameon=False)
     return ax
+
+
+def classification_metrics(
+    logits: torch.Tensor, labels: torch.Tensor, bins: int = DEFAULT_BINS
+) -> dict[str, float]:
+    """``{"loss", "accuracy", "ece"}`` of ``logits`` (N, C) against ``labels`` (N,): the mean
+    cross-entropy of softmax(logits) in nats (float64), the fraction classified correctly,
+    and the ECE over ``bins`` equal-width confidence bins (:func:`expected_calibration_error`).
+    What ``lmc merge`` and the merge-many study report for every model."""
+    from .calibration import cross_entropy_at
+
+    labels = labels.to(logits.device)
+    return {
+        "loss": cross_entropy_at(logits, labels),
+        "accuracy": float((logits.argmax(1) == labels).double().mean()),
+        "ece": expected_calibration_error(logits, labels, bins, kind="logits"),
+    }

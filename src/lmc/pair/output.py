@@ -51,7 +51,8 @@ def path_summary(path: PathResult) -> dict[str, Any]:
 def summary(result: PairResult, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON-ready summary of a pair: the path's keys (curve, barriers, calibration), the
     alignment (``align``, ``align_info``), the analysis (``layers``, ``settings``, ``theory``)
-    when run, and ``meta`` (runs, model, dataset, environment, ...) added at the top level.
+    when run, ``stitch_errors`` when measured, and ``meta`` (runs, model, dataset,
+    environment, ...) added at the top level.
     Without a path (``lmc analyze``) the alignment is recorded in ``settings``."""
     settings = result.settings
     out: dict[str, Any] = {}
@@ -79,6 +80,8 @@ def summary(result: PairResult, meta: dict[str, Any] | None = None) -> dict[str,
         if result.path is None:
             out["settings"]["align_info"] = result.alignment
         out["theory"] = analysis.theory(seed=settings.seed)
+    if result.stitch_errors is not None:
+        out["stitch_errors"] = list(result.stitch_errors)
     out.update(meta or {})
     return jsonable(out)
 

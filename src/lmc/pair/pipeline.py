@@ -6,6 +6,7 @@ the same :class:`PairSettings` give the same numbers wherever they come from.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,9 @@ class PairResult:
     path (``None`` unless asked); ``alignment``: the alignment's info (method, objective before
     and after, moved fractions, ...; ``None`` for ``align = none``) and ``perm`` its
     permutation of B (group -> index tensor, new unit i = old unit p[i]); ``analysis``: the
-    layerwise analysis (an :class:`lmc.analysis.AnalysisResult`, or ``None``).
+    layerwise analysis (an :class:`lmc.analysis.AnalysisResult`, or ``None``);
+    ``stitch_errors``: the error (fraction) of A's first l layers followed by (aligned) B's
+    others for l = 0..L (entry 0 is B's, entry L A's; ``None`` unless asked).
     """
 
     settings: PairSettings
@@ -37,6 +40,7 @@ class PairResult:
     alignment: dict[str, Any] | None = None
     perm: dict[str, torch.Tensor] | None = None
     analysis: Any = None
+    stitch_errors: list[float] | None = None
 
 
 def alignment_examples(data: Dataset, count: int | None, seed: int) -> tuple[torch.Tensor, ...]:
@@ -122,7 +126,19 @@ def run_pair(
             quiet=quiet,
         )
         result.analysis.settings["bn"] = resolve_bn_mode(model_a, options.bn)
+    if settings.stitch:
+        result.stitch_errors = _stitching_errors(model_a, model_b, state_b, x, y)
     return result
+
+
+def _stitching_errors(model_a, model_b, state_b, x, y) -> list[float]:
+    """Stitching errors of A and B permuted onto A (``state_b``; ``None``: B as it is)."""
+    from lmc.analysis import stitching_errors
+
+    if state_b is not None:
+        model_b = copy.deepcopy(model_b)
+        model_b.load_state_dict(state_b)
+    return stitching_errors(model_a, model_b, (x, y))
 
 
 def _random_direction_path(model_a, model_b, x, y, data, settings, state_b):

@@ -63,7 +63,9 @@ class PairSettings:
     ``max_examples``: only the first N examples of it. ``path``: how the path is evaluated
     (:class:`lmc.metrics.PathSettings`); ``baseline``: ``random-direction`` also evaluates
     A → A + ‖B − A‖u for a seeded random unit direction u (a flatness control).
-    ``path`` / ``analysis``: ``None`` skips that part.
+    ``path`` / ``analysis``: ``None`` skips that part. ``stitch``: also measure the error of
+    the model that runs A's first l layers and (aligned) B's others, for l = 0..L
+    (:func:`lmc.analysis.stitching_errors`, LLFC App. B.4), on the same examples as the path.
     """
 
     align: str = "none"
@@ -75,6 +77,7 @@ class PairSettings:
     path: PathSettings | None = field(default_factory=PathSettings)
     baseline: str = "none"
     analysis: AnalysisOptions | None = None
+    stitch: bool = False
 
     def __post_init__(self) -> None:
         if self.align not in ALIGN_METHODS:
@@ -91,4 +94,6 @@ class PairSettings:
             raise LmcError(f"unknown baseline {self.baseline!r}: choose {', '.join(BASELINES)}")
         if self.baseline != "none" and self.path is None:
             raise LmcError("a path baseline needs the path evaluated")
+        if not isinstance(self.stitch, bool):
+            raise LmcError(f"stitch must be true or false, got {self.stitch!r}")
         object.__setattr__(self, "align_options", dict(self.align_options))

@@ -16,6 +16,7 @@ from . import figures as F
 from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, to_html, to_markdown
 from .kinds import report_for
 from .results import Results, load_results, method_sort_key
+from .stitch import stitch_blocks
 from .style import SCREEN_DPI, fmt_wd, fmt_width, method_style
 from .table import CALIBRATION_COLUMNS, merge_table1, table1
 from .variants import is_variants_folder, write_variants_report
@@ -292,6 +293,7 @@ def _files_read(res: Results) -> str:
             "moments.json",
             "spectra.json",
             "table1.csv",
+            "stitch.csv",
         )
         if (res.path / n).exists()
     ]
@@ -341,6 +343,31 @@ class _Figures:
             full=f"{self.figure_dir.name}/{svg.name}",
             width=round(result.rendered.size[0] * SCREEN_DPI),
         )
+
+
+def write_document(
+    out: Path, title: str, blocks_of: Callable[[_Figures], list[Block]]
+) -> dict[str, Any]:
+    """Write ``report.md``, ``report.html`` and ``figures/`` into ``out`` as one unit (an
+    earlier report's are replaced; a failure leaves the folder as it was). ``blocks_of``
+    builds the document's blocks, turning each figure into an image block with
+    ``figures.block(plot)``. Returns ``{"report_md", "report_html", "figures"}`` (PNG paths;
+    each SVG beside its PNG)."""
+    check_output_place(out, "report folder")
+    names = ("report.md", "report.html", FIGURE_DIR)
+    with output_files(out, names) as stage:
+        (stage / FIGURE_DIR).mkdir()
+        figures = _Figures(stage / FIGURE_DIR)
+        blocks = blocks_of(figures)
+        write_text(stage / "report.md", to_markdown(blocks))
+        write_text(stage / "report.html", to_html(blocks, title))
+        for name in ("report.md", "report.html"):
+            _readable(stage / name)
+    return {
+        "report_md": str(out / "report.md"),
+        "report_html": str(out / "report.html"),
+        "figures": [str(out / FIGURE_DIR / Path(p).name) for p in figures.paths],
+    }
 
 
 def build_blocks(
@@ -450,6 +477,7 @@ def build_blocks(
         "sufficient conditions for the merged model to act as the ensemble.",
         "layer_cosines",
     )
+    blocks += stitch_blocks(res, figs)
     blocks.append(Heading(2, "Low-rank structure"))
     section("Second moments", "", "second_moments", 3)
     section("Singular value spectra", "", "spectra", 3)

@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import LmcError
-from lmc.store import check_output_place, output_files, read_json, write_text
+from lmc.store import check_output_place
 
-from .document import Block, Heading, Note, Para, Table, to_html, to_markdown
+from .document import Block, Heading, Note, Para, Table
 from .figures import Plot
+from .kinds import read_record
 from .style import finish_axes, new_figure, render
-
-FIGURE_DIR = "figures"
 
 
 @dataclass(frozen=True)
@@ -38,13 +37,10 @@ class RecordedPath:
     accuracy_barrier: float
 
 
-def _read(folder: Path) -> tuple[dict[str, Any], list[dict], list[RecordedPath]]:
+def _read(folder: Path) -> tuple[dict[str, Any], str | None, list[dict], list[RecordedPath]]:
     from lmc.experiments import read_csv
 
-    for name in ("study.json", "barriers.csv", "paths.csv"):
-        if not (folder / name).is_file():
-            raise LmcError(f"{folder} has no {name}: run `lmc sweep` on its study first")
-    record = read_json(folder / "study.json", "study record")
+    record, toml = read_record(folder, ("barriers.csv", "paths.csv"))
     barriers = read_csv(folder / "barriers.csv")
     rows = read_csv(folder / "paths.csv")
     paths = []
@@ -67,7 +63,7 @@ def _read(folder: Path) -> tuple[dict[str, Any], list[dict], list[RecordedPath]]
                 row["accuracy_barrier"],
             )
         )
-    return record, barriers, paths
+    return record, toml, barriers, paths
 
 
 def _is_identity(row: dict) -> bool:
@@ -157,21 +153,18 @@ def write_counterexample_report(
     """Write the counterexample's ``report.md``, ``report.html`` and figure (module
     docstring); returns ``{"report_md", "report_html", "figures"}`` like
     :func:`lmc.report.write_report`."""
-    from .build import _Figures, _readable, reproducibility_blocks
+    from .build import reproducibility_blocks, write_document
 
     folder = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else folder
     check_output_place(out, "report folder")
-    record, barriers, paths = _read(folder)
+    record, toml, barriers, paths = _read(folder)
     if not barriers:
         raise LmcError(f"{folder / 'barriers.csv'} has no rows")
     settings = record.get("config", {}).get("counterexample", {})
     title = title or f"Git Re-Basin's counterexample ({record.get('name', 'counterexample')})"
-    toml = (folder / "study.toml").read_text() if (folder / "study.toml").is_file() else None
-    names = ("report.md", "report.html", FIGURE_DIR)
-    with output_files(out, names) as stage:
-        (stage / FIGURE_DIR).mkdir()
-        figures = _Figures(stage / FIGURE_DIR)
+
+    def blocks_of(figures) -> list[Block]:
         blocks: list[Block] = [Heading(1, title)]
         if record.get("description"):
             blocks.append(Para(str(record["description"])))
@@ -197,12 +190,6 @@ def write_counterexample_report(
             ),
             *reproducibility_blocks(record, folder, toml),
         ]
-        write_text(stage / "report.md", to_markdown(blocks))
-        write_text(stage / "report.html", to_html(blocks, title))
-        for name in ("report.md", "report.html"):
-            _readable(stage / name)
-    return {
-        "report_md": str(out / "report.md"),
-        "report_html": str(out / "report.html"),
-        "figures": [str(out / FIGURE_DIR / Path(p).name) for p in figures.paths],
-    }
+        return blocks
+
+    return write_document(out, title, blocks_of)

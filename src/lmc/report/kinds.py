@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 #: lmc's own kinds: name -> "module:function" of its report.
-BUILTIN_REPORTS = {"counterexample": "lmc.report.counterexample:write_counterexample_report"}
+BUILTIN_REPORTS = {
+    "counterexample": "lmc.report.counterexample:write_counterexample_report",
+    "merge-many": "lmc.report.merge_many:write_merge_many_report",
+    "onset": "lmc.report.onset:write_onset_report",
+}
 _REPORTS: dict[str, Callable[..., dict[str, Any]]] = {}
 
 
@@ -54,3 +58,18 @@ def report_for(results_dir: str | os.PathLike) -> Callable[..., dict[str, Any]] 
             f"(reports exist for width studies and {known})"
         )
     return _REPORTS[kind]
+
+
+def read_record(folder: Path, files: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """``(study.json's contents, study.toml's text or None)`` of a kind's results folder, after
+    checking that ``study.json`` and each of ``files`` are there (an ``LmcError`` naming the
+    first missing one)."""
+    from lmc.config import LmcError
+    from lmc.store import read_json
+
+    for name in ("study.json", *files):
+        if not (folder / name).is_file():
+            raise LmcError(f"{folder} has no {name}: run `lmc sweep` on its study first")
+    record = read_json(folder / "study.json", "study record")
+    toml = folder / "study.toml"
+    return record, toml.read_text(encoding="utf-8") if toml.is_file() else None

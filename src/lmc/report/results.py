@@ -2,10 +2,11 @@
 models here).
 
 Files (see the package docstring for columns): ``results.csv`` (required), ``study.json``,
-``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv`` (all
-optional). Numbers are parsed to ``float`` (``pair`` and ``layer`` to ``int``); an empty cell,
-``nan`` or ``None`` becomes NaN; a missing column reads as NaN everywhere. Path convention:
-θ(λ) = (1 − λ)θ_A + λθ_B, so ``lam`` = 0 is model A and 1 is model B. Accuracies are fractions.
+``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv``,
+``stitch.csv`` (all optional). Numbers are parsed to ``float`` (``pair`` and ``layer`` to
+``int``); an empty cell, ``nan`` or ``None`` becomes NaN; a missing column reads as NaN
+everywhere. Path convention: θ(λ) = (1 − λ)θ_A + λθ_B, so ``lam`` = 0 is model A and 1 is
+model B. Accuracies are fractions.
 
 Undefined values: where a row's calibration hit the bound of its β search
 (:func:`lmc.experiments.table.calibration_undefined`: the ``calibration_at_bound`` flags, or a
@@ -55,6 +56,7 @@ class Results:
     moments: list[dict[str, Any]] | None = None
     spectra: list[dict[str, Any]] | None = None
     table1_rows: list[dict[str, Any]] | None = None
+    stitch: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
     undefined: list[dict[str, Any]] = field(default_factory=list)
 
@@ -273,6 +275,10 @@ def load_results(results_dir: str | os.PathLike) -> Results:
     unit_keys = ("width", "weight_decay", "pair", "layer", "name", "model")
     moments = _optional_records(path / "moments.json", notes, (*unit_keys, "values"))
     spectra = _optional_records(path / "spectra.json", notes, (*unit_keys, "singular_values"))
+    stitch = read_csv(path / "stitch.csv") if (path / "stitch.csv").exists() else None
+    if stitch is not None and (not stitch or "layer" not in stitch[0] or "error" not in stitch[0]):
+        notes.append("`stitch.csv` has no rows or lacks `layer`/`error`; ignored.")
+        stitch = None
     table1_rows = None
     if (path / "table1.csv").exists():
         table1_rows = read_csv(path / "table1.csv")
@@ -285,6 +291,7 @@ def load_results(results_dir: str | os.PathLike) -> Results:
         moments=moments,
         spectra=spectra,
         table1_rows=table1_rows,
+        stitch=stitch,
         notes=notes,
         undefined=undefined,
     )

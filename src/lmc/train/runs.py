@@ -191,22 +191,47 @@ def _train_into(
     finally:
         if logger is not None:
             logger.close()
+    metrics = final_metrics(
+        model,
+        data,
+        history,
+        seconds=time.perf_counter() - started,
+        device=device,
+        resumed_from_epoch=start_epoch if checkpoint is not None else None,
+    )
+    run = store.save(config, model.state_dict(), metrics)
+    remove_checkpoint(run_dir)
+    return run
+
+
+def final_metrics(
+    model: torch.nn.Module,
+    data: Dataset,
+    history: list[dict],
+    *,
+    seconds: float,
+    device: str | torch.device,
+    resumed_from_epoch: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The ``metrics.json`` of a finished training run: the per-epoch ``history``, the final
+    train and test loss (nats) and accuracy (fraction), the parameter count, the epoch it
+    resumed from (``None``), the wall time in seconds and the environment; ``extra`` keys
+    are added (e.g. who trained it)."""
     train_eval = evaluate(model, data.x_train, data.y_train)
     test_eval = evaluate(model, data.x_test, data.y_test)
-    metrics = {
+    return {
         "history": history,
         "final_train_loss": train_eval["loss"],
         "final_train_accuracy": train_eval["accuracy"],
         "final_test_loss": test_eval["loss"],
         "final_test_accuracy": test_eval["accuracy"],
         "parameters": count_parameters(model),
-        "resumed_from_epoch": start_epoch if checkpoint is not None else None,
-        "wall_seconds": time.perf_counter() - started,
+        "resumed_from_epoch": resumed_from_epoch,
+        "wall_seconds": seconds,
         "environment": environment_info(device),
+        **extra,
     }
-    run = store.save(config, model.state_dict(), metrics)
-    remove_checkpoint(run_dir)
-    return run
 
 
 def _trunk(spawn: dict, model, data: Dataset, device, quiet: bool):

@@ -1,0 +1,145 @@
+"""The settings of a merge-many study (``experiment = "merge-many"``): the study file's keys,
+their defaults and checks (:func:`resolve_merge_many`). What the study does with them:
+:mod:`lmc.experiments.merge_many_study`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmc.config import LmcError, check_int, check_number
+from lmc.metrics.ece import DEFAULT_BINS
+
+from .kind_settings import header, resolve_data, resolve_model, resolve_train, table, where
+
+KIND = "merge-many"
+TOP_LEVEL = ("name", "description", "experiment", "data", "model", "train", "merge_many", "sets")
+MERGE_METHODS = ("none", "weight")
+SUBSETS = ("all", "random", "labels")
+BN_MODES = ("auto", "reset", "none")
+#: key -> (allowed types, default; ... = required) of ``[merge_many]``.
+SETTINGS: dict[str, tuple[tuple[type, ...], Any]] = {
+    "width": ((int, float), ...),
+    "weight_decay": ((float, int), 3e-3),
+    "seed": ((int,), 0),
+    "methods": ((list,), ["none", "weight"]),
+    "reference": ((bool,), True),
+    "ece_bins": ((int,), DEFAULT_BINS),
+    "max_rounds": ((int,), 100),
+    "bn": ((str,), "auto"),
+}
+#: The reference model's init and data seed, past the study's ``seed``.
+REFERENCE_SEED = 1000
+#: key -> (allowed types, default) of each ``[[sets]]`` entry.
+SET_KEYS: dict[str, tuple[tuple[type, ...], Any]] = {
+    "name": ((str,), ...),
+    "models": ((int,), ...),
+    "subset": ((str,), "all"),
+    "train_fraction": ((float, int), None),
+    "label_parts": ((list,), None),
+}
+
+
+def _resolve_set(entry: Any, i: int, num_classes: int | None, source: str | None) -> dict:
+    at = where(source)
+    entry = table(entry, SET_KEYS, f"sets[{i}]", source)
+    label = f"sets[{i}] ({entry['name']})"
+    if not entry["name"] or not entry["name"].replace("-", "").replace("_", "").isalnum():
+        raise LmcError(f"'{label}.name'{at} must be a plain name (letters, digits, - and _)")
+    check_int(f"'{label}.models'{at}", entry["models"], minimum=2)
+    if entry["subset"] not in SUBSETS:
+        raise LmcError(f"'{label}.subset'{at} must be one of {', '.join(SUBSETS)}")
+    if entry["subset"] == "random":
+        if entry["train_fraction"] is None:
+            raise LmcError(f"'{label}'{at}: subset 'random' needs train_fraction")
+        check_number(
+            f"'{label}.train_fraction'{at}", entry["train_fraction"], positive=True, maximum=1.0
+        )
+        entry["train_fraction"] = float(entry["train_fraction"])
+    elif entry["train_fraction"] is not None:
+        raise LmcError(f"'{label}.train_fraction'{at} is for subset 'random' only")
+    if entry["subset"] == "labels":
+        parts = entry["label_parts"]
+        if parts is None or len(parts) != entry["models"]:
+            raise LmcError(
+                f"'{label}.label_parts'{at} must list one part (a list of per-label "
+                f"fractions) per model: {entry['models']} parts"
+            )
+        for s, row in enumerate(parts):
+            ok = isinstance(row, list) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in row
+            )
+            if not ok or (num_classes is not None and len(row) != num_classes):
+                size = f"{num_classes} " if num_classes is not None else ""
+                raise LmcError(
+                    f"'{label}.label_parts[{s}]'{at} must list {size}fractions in [0, 1], "
+                    f"one per label, got {row!r}"
+                )
+        for k in range(len(parts[0])):
+            total = sum(row[k] for row in parts)
+            if total > 1 + 1e-9:
+                raise LmcError(
+                    f"'{label}.label_parts'{at}: the fractions of label {k} add up to "
+                    f"{total:g} > 1 (the parts are disjoint)"
+                )
+    elif entry["label_parts"] is not None:
+        raise LmcError(f"'{label}.label_parts'{at} is for subset 'labels' only")
+    return entry
+
+
+def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+    """Check a parsed merge-many study and fill in its defaults (module docstring)."""
+    at = where(source)
+    name, description = header(raw, KIND, TOP_LEVEL, source)
+    data = resolve_data(raw.get("data", {}), source)
+    for key in ("train_size", "label_parts", "label_part", "subset_seed"):
+        if key in data["options"]:
+            raise LmcError(
+                f"'data.options.{key}'{at}: each set chooses its models' "
+                "training data ([[sets]] subset)"
+            )
+    model = resolve_model(raw.get("model", {}), data, "[merge_many]", source)
+    train = resolve_train(raw.get("train", {}), "[merge_many]", source)
+    settings = table(raw.get("merge_many", {}), SETTINGS, "merge_many", source)
+    from lmc.models import get_model
+
+    try:
+        get_model(model["name"]).width_value(settings["width"])
+    except LmcError as exc:
+        raise LmcError(f"'merge_many.width'{at}: {exc}") from None
+    check_number(f"'merge_many.weight_decay'{at}", settings["weight_decay"], minimum=0.0)
+    check_int(f"'merge_many.seed'{at}", settings["seed"], minimum=0)
+    check_int(f"'merge_many.ece_bins'{at}", settings["ece_bins"], minimum=1)
+    check_int(f"'merge_many.max_rounds'{at}", settings["max_rounds"], minimum=1)
+    if not settings["methods"] or any(m not in MERGE_METHODS for m in settings["methods"]):
+        raise LmcError(
+            f"'merge_many.methods'{at} must list some of "
+            f"{', '.join(MERGE_METHODS)}, got {settings['methods']!r}"
+        )
+    if settings["bn"] not in BN_MODES:
+        raise LmcError(f"'merge_many.bn'{at} must be one of {', '.join(BN_MODES)}")
+    sets = raw.get("sets")
+    if not isinstance(sets, list) or not sets:
+        raise LmcError(f"'sets'{at}: give at least one [[sets]] table (name, models, ...)")
+    classes = _num_classes(data)
+    resolved = [_resolve_set(entry, i, classes, source) for i, entry in enumerate(sets)]
+    names = [s["name"] for s in resolved]
+    if len(set(names)) != len(names):
+        raise LmcError(f"'sets'{at}: set names must differ, got {names}")
+    return {
+        "name": name,
+        "description": description,
+        "experiment": KIND,
+        "data": data,
+        "model": model,
+        "train": train,
+        "merge_many": settings,
+        "sets": resolved,
+    }
+
+
+def _num_classes(data: dict[str, Any]) -> int | None:
+    """The dataset's class count when it is known without loading (digits, MNIST, ...)."""
+    if data["dataset"] == "synthetic":
+        return data["options"].get("num_classes", 10)
+    return 100 if data["dataset"] == "cifar100" else 10

@@ -1,0 +1,299 @@
+"""The report of an onset study (``experiment = "onset"``, Git Re-Basin Fig. 3).
+
+Reads ``study.json``, ``barriers.csv`` and ``study.toml`` (optional) of a folder written by
+:mod:`lmc.experiments.onset_study` and writes ``report.md``, ``report.html`` and
+``figures/onset.{png,svg}``: the claim, a verdict computed from the recorded barriers, one
+table per method of the barriers against the training epoch of both endpoints (mean ± sample
+std over pairs), and the figure of the barrier against the epoch, one line per method. Never
+computes a model: the numbers are the files'.
+
+Units: losses are mean cross-entropies in nats; accuracies are fractions in the files and
+shown in percent (barriers in percentage points). The path is θ(λ) = (1 − λ)θ_A + λθ_B with
+λ = 0 at A; ``max_minus_mean_loss`` (Git Re-Basin's barrier) is max_λ L(λ) − ½(L_A + L_B),
+``loss_barrier`` (Frankle et al.'s) max_λ [L(λ) − ((1 − λ)L_A + λL_B)].
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from lmc.config import LmcError
+from lmc.store import check_output_place
+
+from .document import Block, Heading, Note, Para, Table
+from .figures import Plot
+from .kinds import read_record
+from .style import finish_axes, method_style, new_figure, render
+
+#: The verdict's thresholds: after weight matching the last epoch's barrier must be at most
+#: ``FALL`` times its largest value at an earlier epoch (it fell over training) and at most
+#: ``FALL`` times the naive barrier at the last epoch (alignment connects the trained pair).
+FALL = 0.5
+#: Series the report summarises: column -> (label, scale from the file's unit to the shown one).
+SERIES = {
+    "max_minus_mean_loss": ("loss barrier, max − mean (nats)", 1.0),
+    "loss_barrier": ("loss barrier, Frankle (nats)", 1.0),
+    "accuracy_barrier": ("accuracy barrier (points)", 100.0),
+}
+
+Summary = dict[str, dict[int, dict[str, tuple[float, float, int]]]]
+
+
+def _read(folder: Path) -> tuple[dict[str, Any], str | None, list[dict]]:
+    from lmc.experiments import read_csv
+
+    record, toml = read_record(folder, ("barriers.csv",))
+    rows = read_csv(folder / "barriers.csv")
+    if not rows:
+        raise LmcError(f"{folder / 'barriers.csv'} has no rows")
+    for column in ("epoch", "method", "pair", *SERIES, "accuracy_a", "accuracy_b"):
+        if column not in rows[0]:
+            raise LmcError(f"{folder / 'barriers.csv'} has no column {column!r}")
+    return record, toml, rows
+
+
+def summarise(rows: list[dict]) -> Summary:
+    """method -> epoch -> column -> (mean, sample std, pairs) over the pairs, for the
+    :data:`SERIES` columns and ``endpoint_accuracy`` (the mean of A's and B's accuracy, a
+    fraction), in the files' units."""
+    from lmc.experiments.cells import mean_std, method_sort_key
+
+    out: Summary = {}
+    for method in sorted({r["method"] for r in rows}, key=method_sort_key):
+        mine = [r for r in rows if r["method"] == method]
+        out[method] = {}
+        for epoch in sorted({int(r["epoch"]) for r in mine}):
+            at = [r for r in mine if int(r["epoch"]) == epoch]
+            cells = {key: mean_std(r[key] for r in at) for key in SERIES}
+            cells["endpoint_accuracy"] = mean_std(
+                0.5 * (r["accuracy_a"] + r["accuracy_b"]) for r in at
+            )
+            out[method][epoch] = cells
+    return out
+
+
+def _mean(summary: Summary, method: str, epoch: int, key: str = "max_minus_mean_loss") -> float:
+    return summary[method][epoch][key][0]
+
+
+def verdict(summary: Summary) -> str:
+    """One paragraph on the claim, from the recorded barriers (max − mean, nats; means over
+    pairs). The fall over training is confirmed when, after weight matching, the last epoch's
+    barrier is at most :data:`FALL` times both its largest value at an earlier epoch and the
+    naive barrier at the last epoch. The first compared epoch (initialisation, when 0) is
+    judged apart: when both its barriers are at most :data:`FALL` times that earlier peak,
+    the pair was not disconnected there, and the verdict says so."""
+    if "weight" not in summary or "none" not in summary:
+        return (
+            "**No verdict:** the claim compares weight matching with no alignment; this study "
+            f"ran {', '.join(summary)} only."
+        )
+    epochs = sorted(set(summary["weight"]) & set(summary["none"]))
+    if len(epochs) < 2:
+        return "**No verdict:** the claim is about a trend over training; one epoch was compared."
+    last, earlier = epochs[-1], epochs[:-1]
+    w_last, n_last = _mean(summary, "weight", last), _mean(summary, "none", last)
+    peak = max(earlier, key=lambda e: _mean(summary, "weight", e))
+    w_peak, n_peak = _mean(summary, "weight", peak), _mean(summary, "none", peak)
+    first = epochs[0]
+    w0, n0 = _mean(summary, "weight", first), _mean(summary, "none", first)
+    if not all(math.isfinite(v) for v in (w_last, n_last, w_peak, n_peak, w0, n0)):
+        return "**No verdict:** a barrier is undefined (NaN) in barriers.csv."
+    fell = w_last <= FALL * w_peak
+    connects = w_last <= FALL * n_last
+    start = "initialisation" if first == 0 else f"epoch {first}"
+    small_at_start = first != peak and max(w0, n0) <= FALL * w_peak
+    facts = (
+        f"after weight matching the loss barrier (max − mean) is {w_peak:.3f} nats at its "
+        f"largest before the last epoch (epoch {peak}; {_ratio(w_peak, n_peak)} of the naive "
+        f"barrier then) and {w_last:.3f} nats at epoch {last}, where without alignment it is "
+        f"{n_last:.3f} nats ({_ratio(w_last, n_last)} of it)"
+    )
+    if fell and connects:
+        label = f"Confirmed after {start}, not at it" if small_at_start else "Confirmed"
+        head = f"**{label}:** {facts}."
+    elif fell or connects:
+        missing = (
+            f"it did not fall to at most {FALL:g} of the naive barrier"
+            if fell
+            else f"it did not fall to at most {FALL:g} of its earlier peak"
+        )
+        head = f"**Partly confirmed:** {facts}; {missing}."
+    else:
+        head = (
+            f"**Not confirmed:** {facts}; weight matching does not make the trained pair "
+            "markedly more connected than at earlier epochs."
+        )
+    acc0 = summary["none"][first]["endpoint_accuracy"][0]
+    tail = (
+        f" At {start} the barriers are {w0:.3f} (weight matching) and {n0:.3f} nats (none), "
+        f"with endpoints {100 * acc0:.1f} % accurate"
+    )
+    if small_at_start:
+        tail += (
+            f": the pair is not disconnected there, and the barrier after matching first "
+            f"rises with training (to {w_peak:.3f} nats at epoch {peak})"
+            f"{' before it falls' if fell else ''}"
+        )
+    return head + tail + "."
+
+
+def _ratio(a: float, b: float) -> str:
+    """``a / b`` in percent, to two significant digits below 10 %."""
+    if not (b > 0 and math.isfinite(a / b)):
+        return "undefined"
+    pct = 100 * a / b
+    return f"{pct:.0f} %" if abs(pct) >= 10 else f"{pct:.2g} %"
+
+
+def _cell(stats: tuple[float, float, int], scale: float, digits: int) -> str:
+    mean, std, n = stats
+    if not math.isfinite(mean):
+        return "undefined"
+    text = f"{scale * mean:.{digits}f}"
+    if n > 1 and math.isfinite(std):
+        text += f" ± {scale * std:.{digits}f}"
+    return text
+
+
+def _tables(summary: Summary, pairs: int) -> list[Block]:
+    blocks: list[Block] = []
+    for method, epochs in summary.items():
+        label = method_style(method)[2]
+        rows = []
+        for epoch, cells in epochs.items():
+            row = [str(epoch)]
+            for key, (_, scale) in SERIES.items():
+                row.append(_cell(cells[key], scale, 1 if scale != 1.0 else 3))
+            row.append(_cell(cells["endpoint_accuracy"], 100.0, 1))
+            if method != "none" and "none" in summary and epoch in summary["none"]:
+                row.append(
+                    _ratio(
+                        cells["max_minus_mean_loss"][0],
+                        summary["none"][epoch]["max_minus_mean_loss"][0],
+                    )
+                )
+            rows.append(row)
+        header = ["epoch", *(name for name, _ in SERIES.values()), "endpoint accuracy (%)"]
+        if method != "none" and "none" in summary:
+            header.append("max − mean / none's")
+        blocks += [
+            Heading(3, f"{label} (`{method}`)"),
+            Table(
+                header,
+                rows,
+                caption=(
+                    f"Mean ± sample std over {pairs} pair(s) of the barriers between A and "
+                    f"{'B' if method == 'none' else 'B aligned onto A'} after that many "
+                    "epochs of both (0 = initialisation); endpoint accuracy: the mean of A's "
+                    "and B's."
+                ),
+                align=["r"] * len(header),
+            ),
+        ]
+    return blocks
+
+
+def _figure(summary: Summary) -> Plot:
+    fig, axes = new_figure(1, 2, panel=(5.0, 3.6))
+    panels = (("max_minus_mean_loss", "loss barrier, max − mean (nats)"),
+              ("accuracy_barrier", "accuracy barrier (points)"))  # fmt: skip
+    for ax, (key, ylabel) in zip(axes[0], panels):
+        scale = SERIES[key][1]
+        for method, epochs in summary.items():
+            colour, marker, label = method_style(method)
+            xs = list(epochs)
+            mean = [scale * epochs[e][key][0] for e in xs]
+            std = [scale * epochs[e][key][1] for e in xs]
+            ax.plot(xs, mean, color=colour, marker=marker, ms=4, lw=1.6, label=label)
+            if any(math.isfinite(s) and s > 0 for s in std):
+                low = [m - (s if math.isfinite(s) else 0.0) for m, s in zip(mean, std)]
+                high = [m + (s if math.isfinite(s) else 0.0) for m, s in zip(mean, std)]
+                ax.fill_between(xs, low, high, color=colour, alpha=0.18, lw=0)
+        ax.axhline(0.0, color="#555555", lw=0.8)
+        ax.set_xticks(sorted({e for epochs in summary.values() for e in epochs}))
+        ax.set_xlabel("training epoch of A and B (0 = initialisation)")
+        ax.set_ylabel(ylabel)
+        finish_axes(ax)
+        ax.legend(fontsize=8)
+    axes[0][0].set_title("loss barrier against training time")
+    axes[0][1].set_title("accuracy barrier against training time")
+    fig.suptitle("Git Re-Basin Fig. 3: when does permutation alignment connect the pair?")
+    caption = (
+        "The barrier of the path θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A; B permuted onto A for "
+        "weight matching) between two models after the same number of training epochs, "
+        "against that epoch. Left: Git Re-Basin's loss barrier max_λ L(λ) − ½(L_A + L_B) "
+        "(mean cross-entropy, nats); right: the accuracy barrier, the largest drop below the "
+        "chord (percentage points). Lines: mean over pairs; bands: ± one sample std."
+    )
+    return Plot("onset", "Barrier against training epoch", caption, render(fig))
+
+
+def write_onset_report(
+    results_dir: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    title: str | None = None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """Write the onset study's ``report.md``, ``report.html`` and figure (module docstring);
+    returns ``{"report_md", "report_html", "figures"}`` like :func:`lmc.report.write_report`."""
+    from .build import reproducibility_blocks, write_document
+
+    folder = Path(results_dir)
+    out = Path(out_dir) if out_dir is not None else folder
+    check_output_place(out, "report folder")
+    record, toml, rows = _read(folder)
+    summary = summarise(rows)
+    config = record.get("config", {})
+    settings = config.get("onset", {})
+    pairs = len({int(r["pair"]) for r in rows})
+    title = title or f"Onset of linear mode connectivity ({record.get('name', 'onset')})"
+    model = config.get("model", {})
+    train = config.get("train", {})
+
+    def blocks_of(figures) -> list[Block]:
+        blocks: list[Block] = [Heading(1, title)]
+        if record.get("description"):
+            blocks.append(Para(str(record["description"])))
+        blocks += [
+            Para(
+                "Git Re-Basin (Ainsworth et al. 2023, Fig. 3) claims that linear mode "
+                "connectivity modulo permutation emerges during training: early in training "
+                "(initialisation included) weight matching does not connect two independently "
+                "trained models linearly, and as training proceeds the loss barrier after "
+                "weight matching falls toward zero while the barrier without alignment stays "
+                "high. Here both endpoints of each pair are compared after the same number of "
+                "epochs of their own runs."
+            ),
+            Para(verdict(summary)),
+            Heading(2, "Barriers against the training epoch"),
+            *_tables(summary, pairs),
+            Heading(2, "Figure"),
+            figures.block(_figure(summary)),
+            Note(
+                f"{pairs} pair(s) (A seed s + 2p, B seed s + 2p + 1, s = "
+                f"{settings.get('seed', '?')}); model {model.get('name', '?')} width "
+                f"{settings.get('width', '?')}, {train.get('epochs', '?')} training epochs, "
+                f"weight decay {settings.get('weight_decay', '?')}; measured on the "
+                f"{config.get('data', {}).get('split', '?')} split of "
+                f"{config.get('data', {}).get('dataset', '?')} at "
+                f"{_grid_size(settings.get('lambdas'))} values of λ."
+            ),
+            *reproducibility_blocks(record, folder, toml),
+        ]
+        return blocks
+
+    return write_document(out, title, blocks_of)
+
+
+def _grid_size(lambdas: Any) -> str:
+    from lmc.metrics import lambda_grid
+
+    try:
+        return str(len(lambda_grid(lambdas)[0]))
+    except (LmcError, TypeError):
+        return "?"
