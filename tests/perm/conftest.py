@@ -135,6 +135,9 @@ class HandAttention(nn.Module):
             fused = self.qkv(x)
             parts = fused.split(self.dim, dim=2) if self.qkv_mode == "split" else fused.chunk(3, -1)
             q, k, v = self._heads(parts[0]), self._heads(parts[1]), self._heads(parts[2])
+        elif self.qkv_mode == "timm":  # timm's ViT: stack dim first, then unbind
+            qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.d).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
         else:
             qkv = self.qkv(x).view(b, n, 3, self.heads, self.d)
             q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))

@@ -32,6 +32,8 @@ def _attn(models, kind: str):
         "hand_softmax": lambda d, h: A.HandAttention(d, h, kind="softmax"),
         "fused_split": lambda d, h: A.HandAttention(d, h, qkv="split"),
         "fused_chunk": lambda d, h: A.HandAttention(d, h, qkv="chunk", kind="softmax"),
+        "fused_view": lambda d, h: A.HandAttention(d, h, qkv="view"),
+        "fused_timm": lambda d, h: A.HandAttention(d, h, qkv="timm", kind="softmax"),
         "mha_batch_first": lambda d, h: A.MHAAttention(d, h, True, True),
         "mha_seq_first_no_bias": lambda d, h: A.MHAAttention(d, h, False, False),
         "mha_separate_qkv": lambda d, h: A.MHAAttention(d, h, True, True, separate=True),
@@ -56,6 +58,8 @@ KINDS = [
     "hand_softmax",
     "fused_split",
     "fused_chunk",
+    "fused_view",
+    "fused_timm",
     "mha_batch_first",
     "mha_seq_first_no_bias",
     "mha_separate_qkv",
@@ -129,3 +133,34 @@ def test_head_permutations_must_be_block_structured():
         check_permutation(spec, {"G": torch.tensor([0, 2, 1, 3, 4, 5]), "H": torch.arange(3)})
     with pytest.raises(LmcError, match="multiple of 4"):
         PermutationSpec.from_dict({"w": ("G", None)}, {"w": (6, 2)}, heads={"G": ("H", 4)})
+
+
+class _OddStack(torch.nn.Module):
+    """A fused projection viewed as (B, T, 3, C) and sliced across its pieces: not a piece
+    selection, so its groups must stay unpermuted (with a warning), the function kept."""
+
+    def __init__(self, heads: bool) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = torch.nn.Linear(5, 8)
+        self.qkv = torch.nn.Linear(8, 24)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        shape = (b, n, 3, 2, 4) if self.heads else (b, n, 3, 8)
+        stack = self.qkv(torch.relu(self.embed(x))).view(*shape)
+        first_two = stack[:, :, :2].reshape(b, n, 16)
+        return self.out(torch.relu(first_two)).mean(1)
+
+
+@pytest.mark.parametrize("heads, message", [(True, "stack of fused pieces"), (False, "heads")])
+def test_a_fused_view_sliced_across_its_pieces_is_left_unpermuted_with_a_warning(heads, message):
+    """Viewed as (B, T, 3, H, d) the pieces are a stack; as (B, T, 3, C) the view reads as 3
+    heads of C dims, and slicing them freezes them as well."""
+    torch.manual_seed(0)
+    model = _OddStack(heads)
+    with pytest.warns(UserWarning, match=message):
+        spec = spec_from_model(model, _x()[:2])
+    assert spec["qkv.weight"][0] is None or all(s.perm is None for s in spec["qkv.weight"][0])
+    preserved(model, spec, seed=1)

@@ -20,6 +20,8 @@ from lmc.perm.heads import compose_heads, nested_assignment
 KINDS = {
     "hand_sdpa": lambda A: lambda d, h: A.HandAttention(d, h),
     "fused_split": lambda A: lambda d, h: A.HandAttention(d, h, qkv="split"),
+    "fused_view": lambda A: lambda d, h: A.HandAttention(d, h, qkv="view"),
+    "fused_timm": lambda A: lambda d, h: A.HandAttention(d, h, qkv="timm"),
     "rope": lambda A: lambda d, h: A.HandAttention(d, h, rope=True),
     "mha": lambda A: lambda d, h: A.MHAAttention(d, h, False, True),
     "mha_separate": lambda A: lambda d, h: A.MHAAttention(d, h, True, True, separate=True),
@@ -48,7 +50,7 @@ def test_weight_matching_recovers_a_shuffle_of_heads_exactly(attention_models, k
         assert torch.equal(back[k], state_a[k]), k
 
 
-@pytest.mark.parametrize("kind", ["hand_sdpa", "fused_split"])
+@pytest.mark.parametrize("kind", ["hand_sdpa", "fused_split", "fused_view", "fused_timm"])
 def test_activation_matching_recovers_a_shuffle_of_heads_exactly(attention_models, kind):
     model, x, spec, state_a, state_b = _setup(attention_models, kind, 2)
     model_b = copy.deepcopy(model)

@@ -19,6 +19,7 @@ from torch import nn
 from lmc.config import LmcError
 from lmc.perm import (
     PermutationSpec,
+    activation_matching,
     apply_permutation,
     invert_permutation,
     moved_fraction,
@@ -286,6 +287,21 @@ def test_weight_matching_recovers_the_permutation_exactly(case):
         back = apply_permutation(case.spec, result.perm, case.state_b)
         for name, value in case.state_a.items():
             assert torch.equal(back[name], value), name
+
+
+def test_activation_matching_recovers_the_permutation_exactly(case):
+    """Through the same torch.export graph the spec came from; 16 examples in batches of 10,
+    so the shorter last batch runs through an export of its own shape."""
+    model_b = copy.deepcopy(case.model)
+    model_b.load_state_dict(case.state_b)
+    result = activation_matching(case.spec, case.model, model_b, case.x, batch_size=10)
+    assert result.examples == len(case.x)
+    inverse = invert_permutation(case.perm)
+    assert set(result.perm) == set(inverse)
+    for group, p in result.perm.items():
+        assert torch.equal(p, inverse[group]), group
+    head_groups = {head for head, _ in case.spec.heads.values()}  # read through their dims
+    assert all(result.points[g] for g in case.spec.group_sizes if g not in head_groups)
 
 
 def test_tied_lm_head_stays_tied_and_flags_are_restored():

@@ -8,8 +8,11 @@ is every block output that a later block (or the classifier) reads, pooled toget
 samples of the same units; a segment of a concatenated input contributes its own slice; a
 flattened ``(C, H, W)`` input contributes its ``H * W`` positions as further samples, as
 spatial positions of a conv input do. A group no weight layer reads falls back to the output
-of the layers that produce it (pre-activation). The locations come from the same ``torch.fx``
-trace that derives specs, so hand-written specs work too as long as the model traces.
+of the layers that produce it (pre-activation). The locations come from the same graph that
+derives specs (``torch.fx``'s, or ``torch.export``'s for models fx cannot trace, such as
+Hugging Face GPT-2, BERT and ViT; an export graph is specialised to its input's shape, so a
+batch of another shape gets an export of its own), so hand-written specs work too as long as
+the model traces.
 
 Statistics are streamed over batches through the traced graph (the captured values of one
 batch of A are kept until B's are ready) and accumulated in float64: counts, sums, sums of
@@ -43,6 +46,7 @@ from .lap import linear_assignment
 from .ops import MatchResult, identity_permutation
 from .spec import PermutationSpec
 from .trace import trace_model
+from .trace.walk import graph_for
 
 METHODS = ("correlation", "covariance")
 
@@ -96,20 +100,42 @@ class CrossStats:
         return torch.where(denom > tiny, cov / denom.clamp_min(tiny), torch.zeros_like(cov))
 
 
-def _capture_module(model: nn.Module, nodes: list[str]) -> fx.GraphModule:
-    """A traced copy of ``model`` (sharing its modules) that returns the named nodes' values."""
-    gm = fx.symbolic_trace(model)
-    by_name = {n.name: n for n in gm.graph.nodes}
-    missing = [n for n in nodes if n not in by_name]
-    if missing:
-        raise LmcError(
-            f"model B does not trace like model A (no node {missing[0]!r}); activation matching "
-            "needs two models of one architecture"
-        )
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    output.args = ({name: by_name[name] for name in nodes},)
-    gm.recompile()
-    return gm
+class _Capture:
+    """Runs ``model``'s traced graph (the one its spec was derived from: ``torch.fx``'s, or
+    ``torch.export``'s for models fx cannot trace, such as Hugging Face's) and returns the
+    named nodes' values. The graph shares the model's modules and tensors. An export graph is
+    specialised to its input's shape, so an input of another shape (the last, shorter batch)
+    gets an export of its own."""
+
+    def __init__(self, model: nn.Module, nodes: list[str], example: torch.Tensor) -> None:
+        self.model, self.nodes = model, nodes
+        self.any_shape: fx.GraphModule | None = None
+        self.by_shape: dict[tuple[int, ...], fx.GraphModule] = {}
+        self._build(example)
+
+    def _build(self, x: torch.Tensor) -> None:
+        gm, kind = graph_for(self.model, (x,))
+        by_name = {n.name: n for n in gm.graph.nodes}
+        missing = [n for n in self.nodes if n not in by_name]
+        if missing:
+            raise LmcError(
+                f"model B does not trace like model A (no node {missing[0]!r}); activation "
+                "matching needs two models of one architecture"
+            )
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        output.args = ({name: by_name[name] for name in self.nodes},)
+        gm.recompile()
+        if kind == "fx":
+            self.any_shape = gm
+        else:
+            self.by_shape[tuple(x.shape)] = gm
+
+    def __call__(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.any_shape is not None:
+            return self.any_shape(x)
+        if tuple(x.shape) not in self.by_shape:
+            self._build(x)
+        return self.by_shape[tuple(x.shape)](x)
 
 
 def _features(value: torch.Tensor, dim: int, offset: int, size: int, repeat: int) -> torch.Tensor:
@@ -127,15 +153,6 @@ def _batches(inputs: Any, batch_size: int, device: torch.device) -> Iterator[tor
     for batch in inputs:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         yield x.to(device)
-
-
-def _first_rows(inputs: Any) -> torch.Tensor:
-    if isinstance(inputs, torch.Tensor):
-        return inputs[:2]
-    for batch in inputs:
-        x = batch[0] if isinstance(batch, (tuple, list)) else batch
-        return x[:2]
-    raise LmcError("activation matching got no input batches")
 
 
 def hook_points(
@@ -191,7 +208,9 @@ def activation_matching(
     if batch_size < 1:
         raise LmcError(f"batch size must be positive, got {batch_size}")
     device = module_device(model_a)
-    example = _first_rows(inputs).to(device)
+    example = next(_batches(inputs, batch_size, device), None)
+    if example is None or example.shape[0] == 0:
+        raise LmcError("activation matching got no input examples")
     points = hook_points(spec, model_a, example)
     nodes = sorted({p[0] for pts in points.values() for p in pts})
     perm = identity_permutation(spec)
@@ -208,7 +227,7 @@ def activation_matching(
     sizes = spec.group_sizes
     stats = {g: CrossStats(sizes[g], device) for g, pts in points.items() if pts}
     examples = 0
-    cap_a, cap_b = _capture_module(model_a, nodes), _capture_module(model_b, nodes)
+    cap_a, cap_b = _Capture(model_a, nodes, example), _Capture(model_b, nodes, example)
     with eval_mode(model_a, model_b), torch.no_grad():
         for x in progress(
             _batches(inputs, batch_size, device), quiet=quiet, desc="activation statistics"

@@ -14,6 +14,11 @@
 - A position-dependent map on the dims within heads (rotary embeddings: ``q * cos``, slices
   of the head dims) leaves those dims in place, with a warning; whole heads still move.
 - ``chunk`` / ``split`` along the units cut a group into parts (a fused qkv projection).
+- A fused projection viewed as pieces side by side (``qkv.view(B, T, 3, H, d)``, timm's
+  ``reshape(B, N, 3, H, d).permute(2, 0, 3, 1, 4)``) is a *stack*: its units are cut into the
+  pieces (as ``chunk`` would) and each piece split into heads; permutes move the stack, and
+  ``unbind`` along the stack dim or an int index there (``qkv[0]``, ``qkv[:, :, i]``) gives
+  the pieces. Any other use of a stack freezes it.
 - ``nn.MultiheadAttention`` is followed as a whole: q/k and v/out-projection dims nested in
   its heads, ``in_proj_weight`` (or ``q/k/v_proj_weight``) reading its inputs.
 - ``torch.addmm(b, x, W)`` (Hugging Face's ``Conv1D``) is a dense layer ``x @ W + b``.
@@ -27,7 +32,7 @@ from typing import Any
 from torch import fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
-from .state import HeadLayout, Items, LayerRecord, Layout, Seg, TraceState
+from .state import HeadLayout, Items, LayerRecord, Layout, Seg, Stacked, TraceState
 
 
 def _head_message(st: TraceState, node: fx.Node, why: str) -> None:
@@ -78,6 +83,66 @@ def split_heads(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
             st.env[node] = HeadLayout(e, e + 1, seg.group, head, h, d)
             return True
     return False
+
+
+def stack_pieces(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
+    """``(..., K * C, ...) -> (..., K, C, ...)`` or ``(..., K, H, d, ...)`` with ``C = H * d``:
+    a fused projection's units viewed as ``K`` pieces side by side (``qkv.view(B, T, 3, H,
+    d)``). The units are cut into ``K`` parts of ``C`` (as ``chunk`` would) and each part,
+    split into heads if the view asks, becomes a piece of a :class:`Stacked` layout."""
+    xs, out = st.shape(x), st.shape(node)
+    if xs is None or out is None:
+        return False
+    prefix, suffix, total = math.prod(xs[: lay.dim]), math.prod(xs[lay.dim + 1 :]), xs[lay.dim]
+    for e in range(len(out) - 1):
+        k = out[e]
+        if k < 2 or total % k or math.prod(out[:e]) != prefix:
+            continue
+        size, rest = total // k, out[e + 1 :]
+        heads = None
+        if rest[0] == size and math.prod(rest[1:]) == suffix:
+            pass
+        elif len(rest) >= 2 and rest[0] > 1 and rest[0] * rest[1] == size:
+            if math.prod(rest[2:]) != suffix or suffix != 1:
+                continue
+            heads = (rest[0], rest[1])
+        else:
+            continue
+        pieces = _cut(st, lay.segs, [size * (i + 1) for i in range(k)])
+        if pieces is None:
+            return False
+        items: list[Any] = []
+        for piece in pieces:
+            if heads is None:
+                items.append(Layout(e, piece))
+                continue
+            if len(piece) != 1 or piece[0].group is None or piece[0].repeat != 1:
+                return False
+            group = piece[0].group
+            head = st.uf.nest_in(group, heads[0], f"{st.uf.name[st.uf.find(group)]}.heads")
+            if head is None:
+                return False
+            items.append(HeadLayout(e, e + 1, group, head, heads[0], heads[1]))
+        st.env[node] = Stacked(e, tuple(items))
+        return True
+    return False
+
+
+def move_stacked(lay: Stacked, pos: list[int]) -> Stacked:
+    """``lay`` after a permute putting old dim ``pos[i]`` at new dim ``i``."""
+    new_stack = pos.index(lay.dim)
+
+    def moved(j: int) -> int:  # a piece's dim j, in the pieces' numbering, after the move
+        full = pos.index(j if j < lay.dim else j + 1)
+        return full if full < new_stack else full - 1
+
+    items = []
+    for item in lay.items:
+        if isinstance(item, HeadLayout):
+            items.append(item._replace(head_dim=moved(item.head_dim), dim=moved(item.dim)))
+        else:
+            items.append(Layout(moved(item.dim), item.segs))
+    return Stacked(new_stack, tuple(items))
 
 
 def reshape_heads(st: TraceState, node: fx.Node, x: Any, lay: HeadLayout) -> None:
@@ -325,6 +390,11 @@ def chunk(st: TraceState, node: fx.Node) -> None:
     dim %= len(xs)
     if lay is None:
         return st.unpermuted(node, x)
+    if isinstance(lay, Stacked):
+        if name == "unbind" and dim == lay.dim:
+            st.env[node] = Items(lay.items)
+            return
+        return st.unknown(node, "cuts a stack of fused pieces other than into its pieces")
     sizes = None if name == "unbind" else _piece_sizes(st, node, dim)
     if name != "unbind" and sizes is None:
         return st.unknown(node)

@@ -25,7 +25,7 @@ from typing import Any
 from torch import fx
 
 from . import attention
-from .state import HeadLayout, Items, Layout, Seg, TraceState
+from .state import HeadLayout, Items, Layout, Seg, Stacked, TraceState
 from .tables import METADATA_ATTRS
 
 
@@ -172,6 +172,8 @@ def reshape(st: TraceState, node: fx.Node) -> None:
     new = reshape_layout(st.shape(x), st.shape(node), lay)
     if new is None and attention.split_heads(st, node, x, lay):
         return
+    if new is None and attention.stack_pieces(st, node, x, lay):
+        return
     if new is None:
         st.unknown(node, "reshapes the channel dimension into pieces")
     else:
@@ -217,6 +219,9 @@ def _move_dim(st: TraceState, node: fx.Node, order: Any) -> None:
     pos = [d % nd for d in order]
     if isinstance(lay, HeadLayout):
         st.env[node] = lay._replace(head_dim=pos.index(lay.head_dim), dim=pos.index(lay.dim))
+        return
+    if isinstance(lay, Stacked):
+        st.env[node] = attention.move_stacked(lay, pos)
         return
     if not isinstance(lay, Layout):
         return st.unknown(node)
@@ -325,6 +330,8 @@ def index_value(st: TraceState, node: fx.Node, x: Any, index: Any) -> None:
     ):
         return st.unknown(node, "indexes with a tensor")
     where = _index_map(xs, idx)
+    if isinstance(lay, Stacked):
+        return _index_stacked(st, node, lay, xs, idx, where)
     if isinstance(lay, HeadLayout):
         head, within = where.get(lay.head_dim), where.get(lay.dim)
         if head is None or head[1] != "whole" or within is None or within[1] == "int":
@@ -342,6 +349,20 @@ def index_value(st: TraceState, node: fx.Node, x: Any, index: Any) -> None:
     if got[1] == "partial":
         return st.unknown(node, "slices the channel dimension")
     st.env[node] = Layout(got[0], lay.segs)
+
+
+def _index_stacked(
+    st: TraceState, node: fx.Node, lay: Stacked, xs: tuple[int, ...], idx: tuple, where: dict
+) -> None:
+    """``x[i]`` of a stack of pieces (``qkv[0]``): piece ``i`` when the index picks one piece
+    with an int and keeps every other dim whole, in place."""
+    picked = next((i for i in idx if isinstance(i, int)), None)
+    kept = all(
+        where[d] == ((d if d < lay.dim else d - 1), "whole") for d in range(len(xs)) if d != lay.dim
+    )
+    if where.get(lay.dim, (0, ""))[1] != "int" or picked is None or not kept or None in idx:
+        return st.unknown(node, "indexes a stack of fused pieces other than by piece")
+    st.env[node] = lay.items[picked % len(lay.items)]
 
 
 def _slice_index(st: TraceState, node: fx.Node) -> tuple[Any, ...] | None:

@@ -59,6 +59,21 @@ class HeadLayout(NamedTuple):
         return (Seg(self.group, self.n_heads * self.d, 1), Seg(self.heads, self.n_heads, 1))
 
 
+class Stacked(NamedTuple):
+    """A value whose dim ``dim`` stacks pieces of the units side by side (a fused qkv
+    projection viewed as ``(..., 3, H, d)`` or ``(..., 3, C)``): piece ``i``, the value
+    ``x.select(dim, i)``, has layout ``items[i]``, its dims numbered as in that value (without
+    ``dim``)."""
+
+    dim: int
+    items: tuple[Any, ...]
+
+    @property
+    def segs(self) -> tuple[Seg, ...]:
+        """The segments of every piece (what freezing it freezes)."""
+        return tuple(s for item in self.items if item is not None for s in item.segs)
+
+
 class Items(tuple):
     """The layouts of the items of a tuple value (``chunk``, ``split``, a module's outputs)."""
 

@@ -42,20 +42,23 @@ def _symbolic_trace(model: nn.Module) -> fx.GraphModule:
         ) from exc
 
 
-def _graph(model: nn.Module, inputs: tuple[Any, ...], tracer: str) -> fx.GraphModule:
-    """The graph to walk: ``torch.fx``'s, ``torch.export``'s, or (``auto``) fx's when it
-    traces, else export's."""
+def graph_for(
+    model: nn.Module, inputs: tuple[Any, ...], tracer: str = "auto"
+) -> tuple[fx.GraphModule, str]:
+    """``(graph, "fx" or "export")``: the graph to walk, ``torch.fx``'s, ``torch.export``'s,
+    or (``auto``) fx's when it traces, else export's. An fx graph runs on inputs of any shape;
+    an export graph is specialised to the shapes of ``inputs`` (:mod:`.export`)."""
     if tracer not in TRACERS:
         raise LmcError(f"tracer must be one of {', '.join(TRACERS)}, got {tracer!r}")
     if tracer == "export":
-        return export_graph(model, inputs)
+        return export_graph(model, inputs), "export"
     try:
-        return _symbolic_trace(model)
+        return _symbolic_trace(model), "fx"
     except LmcError as fx_error:
         if tracer == "fx":
             raise
         try:
-            return export_graph(model, inputs)
+            return export_graph(model, inputs), "export"
         except LmcError as exc:
             raise LmcError(f"{exc} (torch.fx could not trace it either)") from fx_error
 
@@ -101,7 +104,7 @@ def trace_model(model: nn.Module, example_input: Any, *, tracer: str = "auto") -
     groups unpermuted.
     """
     inputs = example_input if isinstance(example_input, tuple) else (example_input,)
-    gm = _graph(model, inputs, tracer)
+    gm, _ = graph_for(model, inputs, tracer)
     _propagate_shapes(model, gm, inputs)
     st = TraceState(gm, model.state_dict(keep_vars=True))
     walk(st)
