@@ -23,8 +23,9 @@ Speed (``benchmarks/weight_matching.py`` measures it against Git Re-Basin's loop
 - the assignment solver is SciPy's dense ``linear_sum_assignment`` (``solver="scipy"``).
   ``solver="sparse"`` (:mod:`lmc.perm.lap`: a certified candidate-set solver warm-started from
   the group's last prices and permutation, for groups of 1024 units or more) is exact too, but
-  measured slower: on a width-1024 digits MLP its assignments took 3.2 s against SciPy's 0.7 s
-  (``benchmarks/weight_matching.py --profile``), so it is an option, not the default;
+  measured slower: its assignments took 9.0x SciPy's time at width 1024 and 11.6x at 2048
+  (digits MLPs, ``benchmarks/weight_matching.py --profile``, one run), so it is an option,
+  not the default;
 - the start matters more than the solver: ``init="onepass"`` (Git Re-Basin's greedy one-pass
   answer, then coordinate descent) reached a higher objective in fewer passes than the
   identity start on the benchmark's digits MLPs (``benchmarks/weight_matching.py --init
