@@ -162,7 +162,7 @@ def main() -> None:
 
     totals: dict[str, float] = defaultdict(float)
     _timed(wm.SimilarityMatrices, "update", totals, "similarity products")
-    _timed(wm, "linear_assignment", totals, "assignments (plain groups)")
+    _timed(wm, "solve_assignment", totals, "assignments (plain groups)")
     _timed(wm, "nested_assignment", totals, "head coordinates")
     _timed(wm, "_build_terms", totals, "building the slices")
     _timed(wm, "matching_objective", totals, "objective (start, end)")

@@ -11,9 +11,10 @@ after a full pass without improvement, judged with a relative tolerance on the o
 
 Speed (``benchmarks/weight_matching.py`` measures it against Git Re-Basin's loop):
 
-- the flattened slices ``A_t^(k)``, ``B_t^(k)`` are built once, stored transposed so that
-  gathering columns gathers contiguous rows; slices whose columns never move (biases, norm
-  parameters, a first layer) are stacked into one product per group, computed once;
+- the flattened slices ``A_t^(k)``, ``B_t^(k)`` are views of the tensors (no copies where the
+  layout allows: every 2-D weight, on either axis), so matching adds little memory beyond the
+  similarity matrices; slices whose columns never move (biases, norm parameters, a first
+  layer, an embedding's vocabulary axis) are multiplied once;
 - each ``S_g`` is kept between visits with the column order of ``B`` it reflects; on the next
   visit only columns whose order changed (a neighbouring permutation moved some units) are
   updated, ``S_g += A[:, c] (B[:, new_c] − B[:, old_c])ᵀ``, so late passes cost a fraction of
@@ -66,7 +67,7 @@ class _Term:
     """One (tensor, axis, segment) indexed by a group: the rows of ``a``/``b`` are its units."""
 
     name: str
-    a: torch.Tensor  # (repeat * K, n): column k of A's flattened slice is row k (contiguous)
+    a: torch.Tensor  # (repeat * K, n): column k of A's flattened slice is row k (a view)
     b: torch.Tensor  # (repeat * K, n): the same for B, in B's stored column order
     others: tuple[tuple[AxisEntry, int], ...]  # (entry, size) of every other axis, in order
     repeat: int
@@ -143,32 +144,13 @@ def _build_terms(
                     rows = seg.size
                     a = ta.narrow(axis, offset, seg.extent).movedim(axis, 0)
                     b = tb.narrow(axis, offset, seg.extent).movedim(axis, 0)
-                    # stored transposed, so gathering columns is gathering contiguous rows
-                    # (fixed terms are stacked below, which copies them anyway)
+                    # (K, n) views of the tensors where their layout allows (a 2-D weight on
+                    # either axis): the slices cost no memory of their own, which is what
+                    # bounds matching large models (GPT-2: every block weight twice per model)
                     a = a.reshape(rows, -1).T.to(dtype)
                     b = b.reshape(rows, -1).T.to(dtype)
-                    if not constant:
-                        a, b = a.contiguous(), b.contiguous()
                     terms[seg.perm].append(_Term(name, a, b, others, seg.repeat, None, constant))
                 offset += seg.extent
-    for group, group_terms in terms.items():
-        # terms whose columns never move (biases, norm parameters, the first layer) are one
-        # product: stack their columns
-        fixed = [t for t in group_terms if t.constant]
-        if len(fixed) > 1:
-            dtype = _compute_dtype(*(t.a for t in fixed))
-            merged = _Term(
-                "+".join(t.name for t in fixed),
-                torch.cat([t.a.to(dtype) for t in fixed]),
-                torch.cat([t.b.to(dtype) for t in fixed]),
-                (),
-                1,
-                None,
-                True,
-            )
-            terms[group] = [merged] + [t for t in group_terms if not t.constant]
-        elif fixed:
-            fixed[0].a, fixed[0].b = fixed[0].a.contiguous(), fixed[0].b.contiguous()
     return terms
 
 
