@@ -129,6 +129,17 @@ def test_align_json_for_every_method(runs, capsys):
     assert config["align"]["statistic"] == "correlation"
 
 
+def test_align_init_and_restarts_enter_the_config_only_when_asked(runs, capsys):
+    root, a, b, _ = runs
+    base = ["align", str(a), str(b), "--runs-dir", str(root), "--quiet", "--json"]
+    assert main([*base, "--init", "onepass", "--restarts", "3"]) == 0
+    config = load_run(json.loads(capsys.readouterr().out)["run_dir"]).config["align"]
+    assert config["init"] == "onepass" and config["restarts"] == 3
+    assert main(base) == 0  # the default run's config has neither key (earlier runs hold)
+    plain = load_run(json.loads(capsys.readouterr().out)["run_dir"]).config["align"]
+    assert "init" not in plain and "restarts" not in plain and plain["method"] == "weight"
+
+
 def _error(capsys, argv) -> str:
     assert main(argv) == 2
     captured = capsys.readouterr()

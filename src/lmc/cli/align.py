@@ -88,6 +88,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop after a pass that raises the matching objective by at most this fraction "
         "(0 = run until a pass changes nothing)",
     )
+    wm.add_argument(
+        "--init",
+        default="identity",
+        choices=("identity", "onepass"),
+        help="weight matching's start: the identity, or Git Re-Basin's greedy one-pass answer",
+    )
+    wm.add_argument(
+        "--restarts",
+        type=int,
+        default=1,
+        help="run weight matching from K visiting orders and keep the highest objective "
+        "(about K times the time)",
+    )
     act = parser.add_argument_group("activation matching")
     act.add_argument(
         "--max-examples",
@@ -137,6 +150,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "--batch-size": args.batch_size,
         "--ste-steps": args.ste_steps,
         "--ste-batch-size": args.ste_batch_size,
+        "--restarts": args.restarts,
     }
     for flag, value in positive.items():
         if value < 1:
@@ -148,7 +162,13 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     if not (args.tol >= 0 and math.isfinite(args.tol)):
         raise LmcError(f"--tol must be a non-negative number, got {args.tol}")
     if args.method == "weight":
-        return {"max_iter": args.max_iter, "tol": args.tol}
+        settings = {"max_iter": args.max_iter, "tol": args.tol}
+        # the start and restarts enter the run's config only when asked: earlier runs hold
+        if args.init != "identity":
+            settings["init"] = args.init
+        if args.restarts != 1:
+            settings["restarts"] = args.restarts
+        return settings
     if args.method == "activation":
         if args.statistic not in STATISTICS:
             raise LmcError(

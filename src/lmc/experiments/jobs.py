@@ -115,7 +115,7 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
                         "run_b": config_b,
                         "method": method,
                         "split": study["data"]["split"],
-                        "merge": study["merge"],
+                        "merge": merge_identity(study["merge"]),
                         "analysis": study["analysis"],
                         "labels": {**labels, "method": method},
                     }
@@ -124,6 +124,16 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
                     job["id"] = f"merge-{config_hash(job)}"
                     merge_jobs.append(job)
     return list(train_jobs.values()), merge_jobs
+
+
+#: ``[merge]`` keys added after results were committed: at their defaults they stay out of a
+#: merge job's identity, so the ids of earlier studies hold.
+LATER_MERGE_KEYS = {"weight_init": "identity", "weight_restarts": 1}
+
+
+def merge_identity(merge: dict[str, Any]) -> dict[str, Any]:
+    """The ``[merge]`` table as a merge job records it (and hashes it into its id)."""
+    return {k: v for k, v in merge.items() if LATER_MERGE_KEYS.get(k, object()) != v}
 
 
 def describe(job: dict) -> str:
@@ -188,6 +198,15 @@ def load_job_result(job: dict, ctx: Context) -> dict[str, Any]:
     return read_json(ctx.jobs_dir() / f"{job['id']}.json")
 
 
+def _align_options(merge: dict[str, Any], method: str) -> dict[str, Any]:
+    if method == "ste":
+        return {"steps": merge["ste_steps"]}
+    if method == "weight":
+        return {"init": merge.get("weight_init", "identity"),
+                "restarts": merge.get("weight_restarts", 1)}  # fmt: skip
+    return {}
+
+
 def pair_settings(job: dict[str, Any]):
     """The :class:`lmc.pair.PairSettings` of a merge job: exactly what ``lmc interpolate`` /
     ``lmc analyze`` build from the same settings given as flags."""
@@ -197,7 +216,7 @@ def pair_settings(job: dict[str, Any]):
     return PairSettings(
         align=method,
         align_examples=merge["align_examples"],
-        align_options={"steps": merge["ste_steps"]} if method == "ste" else {},
+        align_options=_align_options(merge, method),
         seed=merge["align_seed"],
         split=job["split"],
         path=PathSettings(

@@ -39,6 +39,8 @@ resolved study (defaults filled in) is what gets recorded beside the results.
     bn = "auto"                      # auto, reset, repair, none
     align_seed = 0
     align_examples = 2000            # training examples used by activation matching / STE
+    weight_init = "identity"         # weight matching's start: identity or onepass
+    weight_restarts = 1              # weight matching from K visiting orders, the best kept
 
     [analysis]
     enabled = true
@@ -78,6 +80,7 @@ METHODS = ALIGN_METHODS
 #: Most training runs one study may ask for (a guard against a typo such as pairs = 10**8).
 MAX_TRAINING_RUNS = 20_000
 BN_MODES = ("auto", "reset", "repair", "none")
+WEIGHT_INITS = ("identity", "onepass")
 _TRAIN_KEYS = {f.name for f in fields(TrainSettings)} - {"init_seed", "data_seed", "weight_decay"}
 
 # section -> key -> (allowed types, default). A default of ... means required.
@@ -106,6 +109,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "align_seed": ((int,), 0),
         "align_examples": ((int,), 2000),
         "ste_steps": ((int,), 200),
+        "weight_init": ((str,), "identity"),
+        "weight_restarts": ((int,), 1),
     },
     "analysis": {
         "enabled": ((bool,), True),
@@ -296,6 +301,12 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
         _at("merge", where, check_int, key, merge[key], minimum=0)
     _at("merge", where, check_int, "align_examples", merge["align_examples"], minimum=1)
     _at("merge", where, check_int, "ste_steps", merge["ste_steps"], minimum=0)
+    if merge["weight_init"] not in WEIGHT_INITS:
+        raise LmcError(
+            f"'merge.weight_init'{where} must be one of {', '.join(WEIGHT_INITS)}, "
+            f"got {merge['weight_init']!r}"
+        )
+    _at("merge", where, check_int, "weight_restarts", merge["weight_restarts"], minimum=1)
     _at("analysis", where, check_int, "max_examples", study["analysis"]["max_examples"])
     lams = study["analysis"]["lambdas"]
     lams = lams if isinstance(lams, list) else [lams]

@@ -31,7 +31,7 @@ METHODS = ("weight", "activation", "ste", "random", "onepass", "none")
 
 # settings each method accepts (besides ``spec``, a hand-written PermutationSpec)
 SETTINGS: dict[str, dict[str, Any]] = {
-    "weight": {"max_iter": 100, "tol": 1e-4},
+    "weight": {"max_iter": 100, "tol": 1e-4, "init": "identity", "restarts": 1},
     "activation": {"batch_size": 256, "statistic": "correlation", "max_examples": None},
     "ste": {
         "steps": 200,
@@ -88,7 +88,8 @@ def align(
 ) -> AlignResult:
     """Permute ``model_b``'s units to match ``model_a`` with ``method``.
 
-    ``method``: ``weight`` (weight matching; settings ``max_iter``, ``tol``), ``activation``
+    ``method``: ``weight`` (weight matching; settings ``max_iter``, ``tol``, ``init``
+    (``identity`` or ``onepass``) and ``restarts``), ``activation``
     (settings ``batch_size``, ``statistic`` = correlation|covariance, ``max_examples``),
     ``ste`` (settings ``steps``, ``lr``, ``batch_size``, ``holdout``, ``max_iter``, ``tol``; needs
     ``labels``), ``onepass`` (Git Re-Basin's greedy one-pass baseline, App. A.7:
@@ -126,6 +127,8 @@ def align(
             seed=seed,
             max_iter=options["max_iter"],
             tol=options["tol"],
+            init=options["init"],
+            restarts=options["restarts"],
             quiet=quiet,
         )
         perm = wm.perm
@@ -135,6 +138,9 @@ def align(
             converged=wm.converged,
             objective_per_pass=list(wm.objective_per_pass),
         )
+        if options["restarts"] > 1:
+            extras.update(restart_objectives=list(wm.restart_objectives),
+                          best_restart=wm.best_restart)  # fmt: skip
     elif method == "activation":
         data = inputs if options["max_examples"] is None else inputs[: options["max_examples"]]
         am = activation_matching(
