@@ -1,0 +1,131 @@
+"""Which matching settings connect two ViTs? The midpoint accuracy barrier of recipe
+``lewc-fmnist-vit``'s pairs at one width and weight decay, for each alignment setting.
+
+The pairs are the recipe's own runs (trained into the run store when missing, with the
+recipe's exact configs, so ``lmc sweep lewc-fmnist-vit`` reuses them and vice versa). For every
+pair and setting, B is permuted onto A and the merge θ(½) = ½(θ_A + π(θ_B)) is evaluated on the
+test split; the midpoint accuracy barrier is ½(acc_A + acc_B) − acc(θ(½)) in percentage points
+(the ViTs use LayerNorm, so no statistics are reset). Settings:
+
+- ``none``: plain averaging;
+- ``weight``: weight matching from the identity (lmc's default, what the recipe uses);
+- ``weight, restarts=K``: the best of K visiting orders (Σ⟨θ_A, π(θ_B)⟩ decides);
+- ``weight, onepass start`` (and with restarts): from Git Re-Basin's greedy one-pass answer;
+- ``activation``: activation matching on ``--examples`` training examples;
+- ``weight from activation``: weight matching started at activation matching's answer.
+
+Printed per setting: each pair's barrier, their mean, the mean as a fraction of ``none``'s, and
+the objective Σ⟨θ_A, π(θ_B)⟩ reached (weight-matching settings).
+
+    python scripts/vit_matching_options.py [--width 256] [--weight-decay 3e-3] [--restarts 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import warnings
+
+import torch
+
+
+def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    from lmc.metrics import model_logits
+    from lmc.models import eval_mode
+
+    with eval_mode(model), torch.no_grad():
+        logits = model_logits(model, x, 1024, torch.device("cpu"))
+    return float((logits.argmax(1) == y).double().mean())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lmc.data import load
+    from lmc.experiments import expand, load_study
+    from lmc.merge import lerp
+    from lmc.perm import activation_matching, apply_permutation, spec_from_model, weight_matching
+    from lmc.perm.ops import matching_objective
+    from lmc.store import RunStore, default_runs_dir
+    from lmc.train import train_run
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=float, default=256)
+    parser.add_argument("--weight-decay", type=float, default=3e-3)
+    parser.add_argument("--restarts", type=int, default=8)
+    parser.add_argument("--examples", type=int, default=2000, help="activation matching's")
+    parser.add_argument("--runs-dir", default=None)
+    args = parser.parse_args(argv)
+
+    study, _ = load_study("lewc-fmnist-vit")
+    data = load("fashion-mnist", **study["data"]["options"])
+    train_jobs, _ = expand(study, data)
+    jobs = [j for j in train_jobs if j["labels"]["width"] == args.width
+            and j["labels"]["weight_decay"] == args.weight_decay]  # fmt: skip
+    if not jobs:
+        print(f"no runs of width {args.width:g} and weight decay {args.weight_decay:g}")
+        return 2
+    store = RunStore(args.runs_dir or default_runs_dir())
+    runs = {}
+    for job in jobs:
+        run, _ = train_run(job["config"], store=store, data=data, quiet=True)
+        runs[(job["labels"]["pair"], job["labels"]["model"])] = run
+    x, y = data.x_test, data.y_test
+    settings = [
+        ("none", None),
+        ("weight", {}),
+        (f"weight, restarts={args.restarts}", {"restarts": args.restarts}),
+        ("weight, onepass start", {"init": "onepass"}),
+        (f"weight, onepass start, restarts={args.restarts}",
+         {"init": "onepass", "restarts": args.restarts}),
+        ("activation", "activation"),
+        ("weight from activation", "activation+weight"),
+    ]  # fmt: skip
+    barriers: dict[str, list[float]] = {name: [] for name, _ in settings}
+    objectives: dict[str, list[float]] = {name: [] for name, _ in settings}
+    pairs = sorted({p for p, _ in runs})
+    for pair in pairs:
+        model_a, model_b = (
+            runs[(pair, "A")].build_model("cpu"),
+            runs[(pair, "B")].build_model("cpu"),
+        )
+        state_a, state_b = model_a.state_dict(), model_b.state_dict()
+        ends = (_accuracy(model_a, x, y) + _accuracy(model_b, x, y)) / 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            spec = spec_from_model(model_a, data.x_train[:2])
+        gen = torch.Generator().manual_seed(0)
+        sample = data.x_train[torch.randperm(len(data.x_train), generator=gen)[: args.examples]]
+        merged = runs[(pair, "A")].build_model("cpu")
+        for name, how in settings:
+            if how is None:
+                permuted = state_b
+            elif how in ("activation", "activation+weight"):
+                act = activation_matching(spec, model_a, model_b, sample)
+                perm = act.perm
+                if how == "activation+weight":
+                    perm = weight_matching(spec, state_a, state_b, init_perm=act.perm).perm
+                permuted = apply_permutation(spec, perm, state_b)
+            else:
+                perm = weight_matching(spec, state_a, state_b, **how).perm
+                permuted = apply_permutation(spec, perm, state_b)
+            merged.load_state_dict(lerp(state_a, permuted, 0.5))
+            barriers[name].append(100 * (ends - _accuracy(merged, x, y)))
+            objectives[name].append(matching_objective(spec, state_a, permuted))
+        print(f"pair {pair}: endpoints {100 * ends:.1f} %", file=sys.stderr)
+    base = statistics.mean(barriers["none"])
+    print(f"ViT width {args.width:g}, weight decay {args.weight_decay:g}, {len(pairs)} pairs "
+          "(recipe lewc-fmnist-vit's runs): midpoint accuracy barrier (points)")  # fmt: skip
+    for name, _ in settings:
+        values = barriers[name]
+        mean = statistics.mean(values)
+        per_pair = ", ".join(f"{v:.2f}" for v in values)
+        obj = statistics.mean(objectives[name])
+        print(
+            f"  {name:<42} {mean:6.2f} (pairs {per_pair}); {mean / base:.2f} of none's; "
+            f"objective {obj:.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
