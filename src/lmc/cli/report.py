@@ -1,8 +1,10 @@
 """Write report.md and a self-contained report.html (figures embedded) from a results folder
 written by `lmc sweep`: Table 1 (barriers at λ = ½, mean ± std over pairs), accuracy, barriers
 and inverse temperature against width, interpolation curves, layerwise cosines, second moments,
-spectra, the weight-decay ablation, and the exact config, versions and timing. Never trains or
-evaluates a model. Prints the path of report.html last.
+spectra, the weight-decay ablation, stitching (with [stitch] enabled), and the exact config,
+versions and timing. A folder of another experiment kind (counterexample, merge-many, onset;
+its study.json says which) gets that kind's report. Never trains or evaluates a model. Prints
+the path of report.html last.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from .common import add_output_options, emit_json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "results_dir", metavar="RESULTS_DIR", help="folder written by `lmc sweep` (results.csv)"
+        "results_dir",
+        metavar="RESULTS_DIR",
+        help="folder written by `lmc sweep` (results.csv, or another kind's files)",
     )
     parser.add_argument(
         "--out", default=None, help="folder for the report and figures/ (None means RESULTS_DIR)"
