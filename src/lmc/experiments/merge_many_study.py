@@ -41,7 +41,6 @@ from lmc.config import LmcError, config_hash, environment_info
 from lmc.data import load
 from lmc.store import (
     RunStore,
-    default_runs_dir,
     made_folder,
     output_files,
     read_json,
@@ -50,12 +49,12 @@ from lmc.store import (
 )
 from lmc.train import make_config
 
-from .executors import Executor, LocalExecutor
+from .executors import Executor
 from .jobs import Context, describe, is_done
 from .kinds import ExperimentKind, register_kind
 from .merge_many_settings import KIND, REFERENCE_SEED, resolve_merge_many
 from .results import write_csv
-from .runner import holds_finished_jobs, now_utc
+from .runner import holds_finished_jobs, job_context, now_utc
 
 MODEL_COLUMNS = [
     "set",
@@ -289,15 +288,14 @@ def run_merge_many(
     """Train what the run store lacks, evaluate every set not evaluated yet, write the files
     (module docstring); returns the contents of ``study.json``."""
     out = Path(out)
-    executor = executor or LocalExecutor()
-    workers = getattr(executor, "workers", 2)
-    ctx = Context(
-        runs_dir=str(runs_dir or default_runs_dir()),
-        out_dir=str(out),
+    executor, ctx = job_context(
+        out,
+        executor=executor,
+        runs_dir=runs_dir,
         device=device,
         data_dir=data_dir,
         download=download,
-        quiet=quiet or workers > 1,
+        quiet=quiet,
         log_dir=log_dir,
     )
     with made_folder(out, keep=holds_finished_jobs):

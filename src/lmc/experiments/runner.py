@@ -128,6 +128,32 @@ def _run_variants(
         return record
 
 
+def job_context(
+    out: Path,
+    *,
+    executor: Executor | None,
+    runs_dir: str | Path | None,
+    device: str,
+    data_dir: str | None,
+    download: bool,
+    quiet: bool,
+    log_dir: str | None,
+) -> tuple[Executor, Context]:
+    """The executor (default: a local pool) and the jobs' :class:`Context` of a study run into
+    ``out``; with several workers the jobs' own progress lines are off (they would interleave)."""
+    executor = executor or LocalExecutor()
+    ctx = Context(
+        runs_dir=str(runs_dir or default_runs_dir()),
+        out_dir=str(out),
+        device=device,
+        data_dir=data_dir,
+        download=download,
+        quiet=quiet or getattr(executor, "workers", 2) > 1,
+        log_dir=log_dir,
+    )
+    return executor, ctx
+
+
 def _run_study(
     study: dict[str, Any],
     out: Path,
@@ -141,17 +167,17 @@ def _run_study(
     toml_text: str | None,
     log_dir: str | None,
 ) -> dict[str, Any]:
-    executor = executor or LocalExecutor()
-    workers = getattr(executor, "workers", 2)
-    ctx = Context(
-        runs_dir=str(runs_dir or default_runs_dir()),
-        out_dir=str(out),
+    executor, ctx = job_context(
+        out,
+        executor=executor,
+        runs_dir=runs_dir,
         device=device,
         data_dir=data_dir,
         download=download,
-        quiet=quiet or workers > 1,
+        quiet=quiet,
         log_dir=log_dir,
     )
+    workers = getattr(executor, "workers", 2)
     started, wall = now_utc(), time.perf_counter()
     data = load(
         study["data"]["dataset"], data_dir=data_dir, download=download, **study["data"]["options"]

@@ -13,7 +13,19 @@ from lmc.config import progress
 from lmc.store import atomic_path, check_output_place, output_files, write_text
 
 from . import figures as F
-from .document import Block, Bullets, Code, Heading, Image, Note, Para, Table, to_html, to_markdown
+from .document import (
+    Block,
+    Bullets,
+    Code,
+    Heading,
+    Image,
+    Note,
+    Para,
+    Table,
+    opening,
+    to_html,
+    to_markdown,
+)
 from .kinds import report_for
 from .results import Results, load_results, method_sort_key
 from .stitch import stitch_blocks
@@ -390,9 +402,7 @@ def build_blocks(
     for name, wd, fn in progress(jobs, quiet=quiet, desc="figures"):
         rendered[(name, wd)] = fn(res) if wd is None else fn(res, wd)
 
-    blocks: list[Block] = [Heading(1, title)]
-    if res.study.get("description"):
-        blocks.append(Para(str(res.study["description"])))
+    blocks: list[Block] = opening(title, res.study)
     blocks.append(Para(study_summary(res)))
     blocks.append(Para(_files_read(res)))
     blocks += [Note(n) for n in res.notes]

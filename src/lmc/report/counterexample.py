@@ -19,7 +19,7 @@ from typing import Any
 from lmc.config import LmcError
 from lmc.store import check_output_place
 
-from .document import Block, Heading, Note, Para, Table
+from .document import Block, Heading, Note, Para, Table, opening
 from .figures import Plot
 from .kinds import read_record
 from .style import finish_axes, new_figure, render
@@ -165,9 +165,7 @@ def write_counterexample_report(
     title = title or f"Git Re-Basin's counterexample ({record.get('name', 'counterexample')})"
 
     def blocks_of(figures) -> list[Block]:
-        blocks: list[Block] = [Heading(1, title)]
-        if record.get("description"):
-            blocks.append(Para(str(record["description"])))
+        blocks: list[Block] = opening(title, record)
         blocks += [
             Para(
                 "Git Re-Basin (App. A.6) claims that some loss landscapes hold two solutions "

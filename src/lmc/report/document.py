@@ -73,6 +73,15 @@ class Code:
 Block = Heading | Para | Note | Bullets | Image | Table | Code
 
 
+def opening(title: str, record: dict) -> list[Block]:
+    """A report's first blocks: its title, and the study's ``description`` when it has one
+    (``record`` is ``study.json``'s or ``variants.json``'s contents)."""
+    blocks: list[Block] = [Heading(1, title)]
+    if record.get("description"):
+        blocks.append(Para(str(record["description"])))
+    return blocks
+
+
 def slug(text: str, used: set[str]) -> str:
     """GitHub-style heading anchor (so the Markdown contents links work there too)."""
     base = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-") or "section"

@@ -19,7 +19,7 @@ import numpy as np
 from lmc.config import LmcError
 from lmc.store import check_output_place
 
-from .document import Block, Heading, Para, Table
+from .document import Block, Heading, Para, Table, opening
 from .figures import Plot
 from .kinds import read_record
 from .results import mean_std, read_csv
@@ -241,9 +241,7 @@ def write_merge_many_report(
     title = title or f"Merging many models: {where} ({record.get('name', 'merge-many')})"
 
     def blocks_of(figures) -> list[Block]:
-        blocks: list[Block] = [Heading(1, title)]
-        if record.get("description"):
-            blocks.append(Para(str(record["description"])))
+        blocks: list[Block] = opening(title, record)
         blocks.append(
             Para(
                 "Each set's models are merged by averaging their weights as they are (`none`) "

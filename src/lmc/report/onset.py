@@ -23,7 +23,7 @@ from typing import Any
 from lmc.config import LmcError
 from lmc.store import check_output_place
 
-from .document import Block, Heading, Note, Para, Table
+from .document import Block, Heading, Note, Para, Table, opening
 from .figures import Plot
 from .kinds import read_record
 from .style import finish_axes, method_style, new_figure, render
@@ -256,9 +256,7 @@ def write_onset_report(
     train = config.get("train", {})
 
     def blocks_of(figures) -> list[Block]:
-        blocks: list[Block] = [Heading(1, title)]
-        if record.get("description"):
-            blocks.append(Para(str(record["description"])))
+        blocks: list[Block] = opening(title, record)
         blocks += [
             Para(
                 "Git Re-Basin (Ainsworth et al. 2023, Fig. 3) claims that linear mode "

@@ -18,7 +18,7 @@ from typing import Any
 from lmc.config import LmcError
 from lmc.store import check_output_place, output_files, read_json, write_text
 
-from .document import Bullets, Heading, Para, Table, to_html, to_markdown
+from .document import Bullets, Heading, Para, Table, opening, to_html, to_markdown
 
 VARIANTS_FILE = "variants.json"
 
@@ -79,9 +79,7 @@ def write_variants_report(
     rows = read_csv(results / "variants.csv")
     keys = sorted({k for v in variants for k in v.get("changed", {})})
     title = title or f"Linear mode connectivity: {record.get('name', 'study')} (variants)"
-    blocks = [Heading(1, title)]
-    if record.get("description"):
-        blocks.append(Para(str(record["description"])))
+    blocks = opening(title, record)
     blocks.append(
         Para(
             f"{len(variants)} variants of one study, each a full study with its own report "
