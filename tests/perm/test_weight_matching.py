@@ -124,6 +124,54 @@ def test_incremental_similarity_equals_a_fresh_one(fraction):
         assert torch.allclose(inc.matrix(g), fresh.matrix(g), rtol=1e-5, atol=1e-5)
 
 
+def test_a_partial_similarity_completed_later_equals_a_fresh_one():
+    """``within`` leaves out the terms on other groups; a full update then adds just those."""
+    model = build("resnet20", seed=0, in_channels=1, width=0.5, norm="layer")
+    spec = spec_from_model(model, torch.zeros(2, 1, 8, 8))
+    state_a = model.state_dict()
+    state_b = build("resnet20", seed=1, in_channels=1, width=0.5, norm="layer").state_dict()
+    perm = random_permutation(spec, 3)
+    part = SimilarityMatrices(spec, state_a, state_b)
+    fresh = SimilarityMatrices(spec, state_a, state_b)
+    groups = list(spec.group_sizes)
+    for g in groups:
+        part.update(g, perm, within={g})
+        left_out = [t for t in part.terms[g] if not t.built]
+        assert all(any(d != g for d in t.deps) for t in left_out)
+        assert all(t.built for t in part.terms[g] if set(t.deps) <= {g})
+    assert any(not t.built for g in groups for t in part.terms[g])
+    for g in groups:
+        assert part.update(g, perm)  # the left-out terms arrive: S changed
+        fresh.update(g, perm)
+        assert torch.allclose(part.matrix(g), fresh.matrix(g), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,options,shape", [
+    ("mlp", dict(input_size=16, width=24, depth=1), (16,)),
+    ("mlp", dict(input_size=16, width=24, depth=3), (16,)),
+    ("resnet20", dict(in_channels=1, width=0.5, norm="batch"), (1, 8, 8)),
+])  # fmt: skip
+def test_the_onepass_start_reuses_its_products_without_changing_the_answer(
+    name, options, shape
+):
+    """``init="onepass"`` continues from the one-pass products: the same descent as starting
+    afresh from the one-pass permutation, without solving again a group whose one-pass
+    assignment saw its whole similarity (the last layer's; a one-layer MLP's only one)."""
+    from lmc.perm import one_pass_matching
+
+    example = torch.zeros(2, *shape)
+    model = build(name, seed=1, **options)
+    spec = spec_from_model(model, example)
+    a, b = model.state_dict(), build(name, seed=2, **options).state_dict()
+    reused = weight_matching(spec, a, b, init="onepass", seed=3)
+    afresh = weight_matching(spec, a, b, init_perm=one_pass_matching(spec, a, b).perm, seed=3)
+    assert all(torch.equal(reused.perm[g], afresh.perm[g]) for g in spec.group_sizes)
+    assert reused.objective_after == pytest.approx(afresh.objective_after, rel=1e-9)
+    assert reused.passes == afresh.passes and reused.assignments <= afresh.assignments
+    if len(spec.group_sizes) == 1:  # its one-pass answer is already optimal: nothing to solve
+        assert (reused.assignments, afresh.assignments) == (0, 1)
+
+
 CASES = [
     ("mlp", dict(input_size=64, width=48, depth=3, norm="batch"), (1, 8, 8)),
     ("mlp", dict(input_size=64, width=48, depth=3, norm="layer"), (1, 8, 8)),

@@ -30,8 +30,10 @@ Speed (``benchmarks/weight_matching.py`` measures it against Git Re-Basin's loop
 - the start matters more than the solver: ``init="onepass"`` (Git Re-Basin's greedy one-pass
   answer, then coordinate descent) reached a higher objective in fewer passes than the
   identity start on the benchmark's digits MLPs (``benchmarks/weight_matching.py --init
-  onepass``; the README quotes the figures). The identity stays the default so that earlier
-  results keep their numbers.
+  onepass``; the README quotes the figures). The descent keeps the similarity products the
+  one-pass step made (each layer's incoming weights under the decided permutations) and adds
+  only the terms it left out, so the start costs its assignments and little else. The
+  identity stays the default so that earlier results keep their numbers.
 
 Attention heads (``spec.heads``): a head group and the groups nested in it (the q/k and v/o
 dims of one attention layer) are one coordinate. Its step scores every (head of A, head of B)
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 import torch
@@ -189,17 +191,28 @@ class SimilarityMatrices:
         """The current ``S_group`` (live: updated in place by :meth:`update`; do not modify)."""
         return self._s[group]
 
-    def update(self, group: str, perm: Mapping[str, torch.Tensor]) -> bool:
+    def update(
+        self,
+        group: str,
+        perm: Mapping[str, torch.Tensor],
+        within: Collection[str] | None = None,
+    ) -> bool:
         """Bring ``S_group`` up to date with ``perm``; return whether it changed.
 
         ``perm``: group -> index tensor for every group the spec has. Permutations are compared
         by identity: pass the same tensor object for a group that did not change (never modify
         one in place), so that terms depending only on unchanged groups are skipped.
+        ``within``: build only the terms whose other permuted axes all belong to these groups
+        (the one-pass baseline's partial similarity); the other terms stay out of ``S_group``
+        until an update without ``within`` adds them, so the products made for a one-pass start
+        are reused by the descent that follows it.
         """
         s = self._s[group]
         changed = not self._fresh[group]
         self._fresh[group] = True
         for term in self.terms[group]:
+            if within is not None and not term.built and any(d not in within for d in term.deps):
+                continue  # left out for now; a later full update builds it
             if term.built and (term.constant or term.unchanged(perm)):
                 continue  # permutations are replaced, never modified in place
             new = term.column_order(perm)
@@ -315,8 +328,10 @@ def weight_matching(
     if init_perm is not None:
         check_permutation(spec, init_perm)
     objective_before = matching_objective(spec, state_a, state_b)
+    reuse: SimilarityMatrices | None = None  # the one-pass products, for restart 0
+    solved: set[str] = set()  # groups whose one-pass assignment already saw their whole S_g
     if init == "onepass":
-        init_perm = one_pass_matching(spec, state_a, state_b).perm
+        init_perm, _, reuse, solved = _one_pass(spec, state_a, state_b)
     start = {
         g: p.clone().long().cpu() for g, p in (init_perm or identity_permutation(spec)).items()
     }
@@ -340,6 +355,8 @@ def weight_matching(
             tol,
             quiet,
             solver,
+            reuse if r == 0 else None,
+            solved if r == 0 else set(),
         )
         runs.append(
             WeightMatchingResult(
@@ -375,13 +392,18 @@ def _descend(
     tol: float,
     quiet: bool,
     solver: str,
+    sim: SimilarityMatrices | None = None,
+    solved: set[str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[float], int, int, bool]:
     """One coordinate descent from ``perm`` (replaced, never modified in place): the final
     permutation, the objective after each pass (``objective`` plus the gains), passes,
-    assignments and whether ``tol`` stopped it."""
+    assignments and whether ``tol`` stopped it. ``sim``: similarity matrices already built
+    for these states (the one-pass start's), brought up to date at each visit; ``solved``:
+    groups whose ``perm`` is already the assignment of their current ``S_g`` in ``sim`` (not
+    solved again until ``S_g`` changes)."""
     sizes = spec.group_sizes
     per_pass: list[float] = []
-    sim = SimilarityMatrices(spec, state_a, state_b)
+    sim = sim or SimilarityMatrices(spec, state_a, state_b)
     device = sim.device
     dev_perm = {g: p.to(device) for g, p in perm.items()}
     heads = spec.heads
@@ -389,7 +411,7 @@ def _descend(
     # coordinates: a plain group, or a head group with the groups nested in it
     names = [g for g in sizes if g not in heads]
     gen = torch.Generator().manual_seed(seed)
-    dirty = {g: True for g in names}
+    dirty = {g: g not in (solved or ()) for g in names}
     warm: dict[str, Assignment] = {}  # each group's last solve: its prices warm-start the next
     assignments = 0
     converged = False
@@ -474,39 +496,8 @@ def one_pass_matching(
     check_same_architecture(state_a, state_b, purpose="weight matching")
     check_finite("model A's weights", state_a)
     check_finite("model B's weights", state_b)
-    sizes = spec.group_sizes
-    perm = identity_permutation(spec)
-    objective_before = matching_objective(spec, state_a, state_b, perm)
-    terms = _build_terms(spec, state_a, state_b)
-    device = next((t.a.device for ts in terms.values() for t in ts), torch.device("cpu"))
-    dev_perm = {g: p.to(device) for g, p in perm.items()}
-    nested = nested_of(spec.heads)
-    decided: set[str] = set()
-
-    def similarity(group: str, members: set[str]) -> torch.Tensor:
-        s = torch.zeros(sizes[group], sizes[group], dtype=torch.float64, device=device)
-        for term in terms[group]:
-            if any(d not in decided and d not in members for d in term.deps):
-                continue  # a later layer's permutation: not known in one pass
-            order = term.column_order(dev_perm)
-            s += term.a.T @ (term.b if order is None else term.b.index_select(0, order))
-        return s
-
-    assignments = 0
-    for g in (g for g in sizes if g not in spec.heads):
-        members = {g, *nested.get(g, [])}
-        if g in nested:
-            head_s = similarity(g, members) if terms[g] else None
-            inner = [similarity(m, members) for m in nested[g]]
-            head, flats, _ = nested_assignment(head_s, inner, sizes[g])
-            chosen = dict(zip([g, *nested[g]], [head, *flats]))
-        else:
-            chosen = {g: solve_assignment(similarity(g, members)).perm}
-        assignments += 1
-        for m, p in chosen.items():
-            perm[m] = p.long().cpu()
-            dev_perm[m] = p.to(device)
-        decided |= members
+    perm, assignments, _, _ = _one_pass(spec, state_a, state_b)
+    objective_before = matching_objective(spec, state_a, state_b)
     after = matching_objective(spec, state_a, state_b, perm)
     return WeightMatchingResult(
         perm=perm,
@@ -518,3 +509,43 @@ def one_pass_matching(
         assignments=assignments,
         converged=True,
     )
+
+
+def _one_pass(
+    spec: PermutationSpec,
+    state_a: Mapping[str, torch.Tensor],
+    state_b: Mapping[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], int, SimilarityMatrices, set[str]]:
+    """:func:`one_pass_matching`'s permutation and assignment count, with the similarity
+    matrices it built (each ``S_g`` holds the terms the pass scored; a descent from this answer
+    adds the rest instead of recomputing them) and the groups whose assignment saw every term
+    of their ``S_g`` (and of their nested groups'), so the descent need not solve them again
+    before one of those matrices changes."""
+    sizes = spec.group_sizes
+    perm = identity_permutation(spec)
+    sim = SimilarityMatrices(spec, state_a, state_b)
+    dev_perm = {g: p.to(sim.device) for g, p in perm.items()}
+    nested = nested_of(spec.heads)
+    decided: set[str] = set()
+    complete: set[str] = set()
+    assignments = 0
+    for g in (g for g in sizes if g not in spec.heads):
+        members = {g, *nested.get(g, [])}
+        known = decided | members  # a later layer's permutation is not known in one pass
+        for m in members:
+            sim.update(m, dev_perm, within=known)
+        if g in nested:
+            head_s = sim.matrix(g) if sim.terms[g] else None
+            inner = [sim.matrix(m) for m in nested[g]]
+            head, flats, _ = nested_assignment(head_s, inner, sizes[g])
+            chosen = dict(zip([g, *nested[g]], [head, *flats]))
+        else:
+            chosen = {g: solve_assignment(sim.matrix(g)).perm}
+        assignments += 1
+        if all(t.built for m in members for t in sim.terms[m]):
+            complete.add(g)
+        for m, p in chosen.items():
+            perm[m] = p.long().cpu()
+            dev_perm[m] = p.to(sim.device)
+        decided |= members
+    return perm, assignments, sim, complete
