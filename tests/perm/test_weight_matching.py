@@ -151,9 +151,7 @@ def test_a_partial_similarity_completed_later_equals_a_fresh_one():
     ("mlp", dict(input_size=16, width=24, depth=3), (16,)),
     ("resnet20", dict(in_channels=1, width=0.5, norm="batch"), (1, 8, 8)),
 ])  # fmt: skip
-def test_the_onepass_start_reuses_its_products_without_changing_the_answer(
-    name, options, shape
-):
+def test_the_onepass_start_reuses_its_products_without_changing_the_answer(name, options, shape):
     """``init="onepass"`` continues from the one-pass products: the same descent as starting
     afresh from the one-pass permutation, without solving again a group whose one-pass
     assignment saw its whole similarity (the last layer's; a one-layer MLP's only one)."""
