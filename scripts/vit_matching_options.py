@@ -18,6 +18,11 @@ Printed per setting: each pair's barrier, their mean, the mean as a fraction of 
 the objective Σ⟨θ_A, π(θ_B)⟩ reached (weight-matching settings).
 
     python scripts/vit_matching_options.py [--width 256] [--weight-decay 3e-3] [--restarts 8]
+        [--set train.epochs=10 --set model.heads=1 ...] [--only weight --only activation]
+
+``--set TABLE.KEY=VALUE`` (repeatable; VALUE is read as TOML, ``data.options.train_size=60000``
+reaches into a nested table) changes the recipe before its runs are expanded, so the pairs are
+trained with that setting (into the same run store, under their own ids).
 """
 
 from __future__ import annotations
@@ -39,6 +44,21 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
     return float((logits.argmax(1) == y).double().mean())
 
 
+def _override(study: dict, item: str) -> None:
+    """Apply one ``TABLE.KEY=VALUE`` to ``study`` in place (VALUE parsed as a TOML value)."""
+    import tomllib
+
+    path, _, text = item.partition("=")
+    keys = path.strip().split(".")
+    if not text or len(keys) < 2:
+        raise SystemExit(f"--set {item!r}: expected TABLE.KEY=VALUE")
+    value = tomllib.loads(f"v = {text}")["v"]
+    table = study
+    for key in keys[:-1]:
+        table = table.setdefault(key, {})
+    table[keys[-1]] = value
+
+
 def main(argv: list[str] | None = None) -> int:
     from lmc.data import load
     from lmc.experiments import expand, load_study
@@ -54,9 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=8)
     parser.add_argument("--examples", type=int, default=2000, help="activation matching's")
     parser.add_argument("--runs-dir", default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE")
+    parser.add_argument(
+        "--only", action="append", default=[], help="a setting to run (repeatable; default all)"
+    )
     args = parser.parse_args(argv)
 
     study, _ = load_study("lewc-fmnist-vit")
+    for item in args.set:
+        _override(study, item)
     data = load("fashion-mnist", **study["data"]["options"])
     train_jobs, _ = expand(study, data)
     jobs = [j for j in train_jobs if j["labels"]["width"] == args.width
@@ -80,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         ("activation", "activation"),
         ("weight from activation", "activation+weight"),
     ]  # fmt: skip
+    if args.only:
+        wanted = {name.strip() for name in args.only}
+        settings = [(name, how) for name, how in settings if name in wanted or how is None]
     barriers: dict[str, list[float]] = {name: [] for name, _ in settings}
     objectives: dict[str, list[float]] = {name: [] for name, _ in settings}
     pairs = sorted({p for p, _ in runs})
@@ -113,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             objectives[name].append(matching_objective(spec, state_a, permuted))
         print(f"pair {pair}: endpoints {100 * ends:.1f} %", file=sys.stderr)
     base = statistics.mean(barriers["none"])
-    print(f"ViT width {args.width:g}, weight decay {args.weight_decay:g}, {len(pairs)} pairs "
-          "(recipe lewc-fmnist-vit's runs): midpoint accuracy barrier (points)")  # fmt: skip
+    changes = f" with {', '.join(args.set)}" if args.set else ""
+    print(
+        f"ViT width {args.width:g}, weight decay {args.weight_decay:g}, {len(pairs)} pairs "
+        f"(recipe lewc-fmnist-vit's runs{changes}): midpoint accuracy barrier (points)"
+    )
     for name, _ in settings:
         values = barriers[name]
         mean = statistics.mean(values)
