@@ -12,7 +12,10 @@ test split; the midpoint accuracy barrier is ½(acc_A + acc_B) − acc(θ(½)) i
 - ``weight, restarts=K``: the best of K visiting orders (Σ⟨θ_A, π(θ_B)⟩ decides);
 - ``weight, onepass start`` (and with restarts): from Git Re-Basin's greedy one-pass answer;
 - ``activation``: activation matching on ``--examples`` training examples;
-- ``weight from activation``: weight matching started at activation matching's answer.
+- ``weight from activation``: weight matching started at activation matching's answer;
+- ``weight, onepass start, head rotations``: then each head's q/k and v/out dims rotated onto
+  A's by orthogonal Procrustes (:func:`rotate_heads`: a symmetry of attention beyond
+  permutations, which no permutation spec can express).
 
 Printed per setting: each pair's barrier, their mean, the mean as a fraction of ``none``'s, and
 the objective Σ⟨θ_A, π(θ_B)⟩ reached (weight-matching settings).
@@ -42,6 +45,53 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
     with eval_mode(model), torch.no_grad():
         logits = model_logits(model, x, 1024, torch.device("cpu"))
     return float((logits.argmax(1) == y).double().mean())
+
+
+def _procrustes(m: torch.Tensor) -> torch.Tensor:
+    """The orthogonal ``O`` maximising ⟨O, m⟩ (``m = U Σ Vᵀ`` gives ``O = U Vᵀ``)."""
+    u, _, vt = torch.linalg.svd(m.double())
+    return u @ vt
+
+
+def _head_cross(state_a: dict, state_b: dict, keys: list[str], rows: slice) -> torch.Tensor:
+    """Σ over ``keys`` of A's rows ``rows`` times B's, flattened: the (d, d) cross product."""
+    d = rows.stop - rows.start
+    m = torch.zeros(d, d, dtype=torch.float64)
+    for key in keys:
+        if key in state_a:
+            a, b = state_a[key][rows].double(), state_b[key][rows].double()
+            m += a.reshape(d, -1) @ b.reshape(d, -1).T
+    return m
+
+
+def rotate_heads(model: torch.nn.Module, state_a: dict, state_b: dict) -> dict:
+    """B's state with each attention head's dims rotated onto A's (a continuous symmetry that
+    permutations only sample): q and k of head h share an orthogonal ``O`` (qᵀk is unchanged),
+    v and the output projection's columns share ``G`` (``W_o Gᵀ G v = W_o v``); each is the
+    orthogonal Procrustes solution maximising ⟨θ_A, θ_B⟩ over that head's tensors. For the zoo's
+    attention (``SelfAttention`` with separate ``q``, ``k``, ``v``, ``out``); B's function is
+    unchanged up to rounding."""
+    out = {k: v.clone() for k, v in state_b.items()}
+    for name, module in model.named_modules():
+        if type(module).__name__ != "SelfAttention" or getattr(module, "fused", True):
+            continue
+        d = module.head_dim
+        key = {t: f"{name}.{t}" for t in ("q.weight", "q.bias", "k.weight", "k.bias",
+                                            "v.weight", "v.bias", "out.weight")}  # fmt: skip
+        for h in range(module.heads):
+            rows = slice(h * d, (h + 1) * d)
+            qk = _procrustes(_head_cross(state_a, out, [key[t] for t in key if t[0] in "qk"], rows))
+            vo = _head_cross(state_a, out, [key["v.weight"], key["v.bias"]], rows)
+            out_a, out_b = state_a[key["out.weight"]], out[key["out.weight"]]
+            vo = _procrustes(vo + out_a[:, rows].double().T @ out_b[:, rows].double())
+            for t, rot in (("q", qk), ("k", qk), ("v", vo)):
+                for suffix in ("weight", "bias"):
+                    if f"{name}.{t}.{suffix}" in out:
+                        tensor = out[f"{name}.{t}.{suffix}"]
+                        block = tensor[rows].double().reshape(d, -1)
+                        tensor[rows] = (rot @ block).reshape(tensor[rows].shape).to(tensor.dtype)
+            out_b[:, rows] = (out_b[:, rows].double() @ vo.T).to(out_b.dtype)
+    return out
 
 
 def _override(study: dict, item: str) -> None:
@@ -105,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
          {"init": "onepass", "restarts": args.restarts}),
         ("activation", "activation"),
         ("weight from activation", "activation+weight"),
+        ("weight, onepass start, head rotations", "onepass+rotations"),
     ]  # fmt: skip
     if args.only:
         wanted = {name.strip() for name in args.only}
@@ -134,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
                 if how == "activation+weight":
                     perm = weight_matching(spec, state_a, state_b, init_perm=act.perm).perm
                 permuted = apply_permutation(spec, perm, state_b)
+            elif how == "onepass+rotations":
+                perm = weight_matching(spec, state_a, state_b, init="onepass").perm
+                permuted = apply_permutation(spec, perm, state_b)
+                permuted = rotate_heads(model_a, state_a, permuted)
             else:
                 perm = weight_matching(spec, state_a, state_b, **how).perm
                 permuted = apply_permutation(spec, perm, state_b)
