@@ -2,24 +2,15 @@
 beyond permutations (q/k share an orthogonal map per head, v and the output columns another),
 recovered exactly when B is A with known rotations; and its ``--set`` recipe override."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from lmc.models import build
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "vit_matching_options", ROOT / "scripts" / "vit_matching_options.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def script(load_script):
+    return load_script("vit_matching_options")
 
 
 def _vit(seed):
@@ -44,8 +35,8 @@ def _random_rotations(state, heads, d, seed):
     return out
 
 
-def test_known_head_rotations_keep_the_function_and_are_undone_exactly():
-    script = _script()
+def test_known_head_rotations_keep_the_function_and_are_undone_exactly(script):
+    script = script
     model = _vit(0)
     state = model.state_dict()
     rotated = _random_rotations(state, heads=2, d=8, seed=1)
@@ -59,8 +50,8 @@ def test_known_head_rotations_keep_the_function_and_are_undone_exactly():
         assert all(torch.allclose(undone[k], state[k], atol=1e-5) for k in state)
 
 
-def test_rotating_an_independent_model_keeps_its_function_and_raises_the_overlap():
-    script = _script()
+def test_rotating_an_independent_model_keeps_its_function_and_raises_the_overlap(script):
+    script = script
     a, b = _vit(0), _vit(1)
     sa, sb = a.state_dict(), b.state_dict()
     out = script.rotate_heads(a, sa, sb)
@@ -75,8 +66,8 @@ def test_rotating_an_independent_model_keeps_its_function_and_raises_the_overlap
     assert after > before
 
 
-def test_set_overrides_reach_nested_tables_and_refuse_bad_items():
-    script = _script()
+def test_set_overrides_reach_nested_tables_and_refuse_bad_items(script):
+    script = script
     study = {"train": {"epochs": 4}, "data": {"options": {"train_size": 10}}}
     script._override(study, "train.epochs=16")
     script._override(study, 'train.optimizer="adamw"')

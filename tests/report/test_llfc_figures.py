@@ -4,7 +4,6 @@ independently of the script, and which carry rows the script must ignore (other 
 methods)."""
 
 import csv
-import importlib.util
 import json
 import re
 import statistics
@@ -16,13 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "llfc_figures", ROOT / "scripts" / "llfc_figures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def script(load_script):
+    return load_script("llfc_figures")
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -108,10 +103,10 @@ def _spawning_folder(root: Path) -> Path:
     return root
 
 
-def test_spawning_figure_and_numbers(tmp_path, capsys):
+def test_spawning_figure_and_numbers(script, tmp_path, capsys):
     results = _spawning_folder(tmp_path / "results")
     out = tmp_path / "spawning.png"
-    assert _script().main(["spawning", str(results), str(out)]) == 0
+    assert script.main(["spawning", str(results), str(out)]) == 0
     assert out.stat().st_size > 10_000
     printed = capsys.readouterr().out
     for k, pairs in SPAWN.items():
@@ -189,10 +184,10 @@ def _methods_folder(root: Path) -> Path:
     return root
 
 
-def test_methods_figure_and_numbers(tmp_path, capsys):
+def test_methods_figure_and_numbers(script, tmp_path, capsys):
     results = _methods_folder(tmp_path / "results")
     out = tmp_path / "methods.png"
-    assert _script().main(["methods", str(results), str(out)]) == 0
+    assert script.main(["methods", str(results), str(out)]) == 0
     assert out.stat().st_size > 10_000
     printed = capsys.readouterr().out
     for method, pairs in METHODS.items():
@@ -217,8 +212,8 @@ def test_methods_figure_and_numbers(tmp_path, capsys):
                 assert relative == f"{expected:.4f}"
 
 
-def test_usage_on_bad_arguments(capsys):
-    assert _script().main(["nope", "a", "b"]) == 2
+def test_usage_on_bad_arguments(script, capsys):
+    assert script.main(["nope", "a", "b"]) == 2
     assert "spawning" in capsys.readouterr().err
 
 
@@ -245,10 +240,10 @@ def _stitch_folder(root: Path) -> tuple[Path, dict]:
     return root, expected
 
 
-def test_stitching_figure_and_numbers(tmp_path, capsys):
+def test_stitching_figure_and_numbers(script, tmp_path, capsys):
     results, expected = _stitch_folder(tmp_path / "results")
     out = tmp_path / "stitching.png"
-    assert _script().main(["stitching", str(results), str(out)]) == 0
+    assert script.main(["stitching", str(results), str(out)]) == 0
     assert out.stat().st_size > 10_000
     printed = capsys.readouterr().out
     labels = {"none": "no permutation", "weight": "weight matching"}
@@ -261,9 +256,9 @@ def test_stitching_figure_and_numbers(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["spawning", "methods", "stitching"])
-def test_missing_results_folder_is_an_error(command, tmp_path):
+def test_missing_results_folder_is_an_error(script, command, tmp_path):
     with pytest.raises((OSError, ValueError)):
-        _script().main([command, str(tmp_path / "absent"), str(tmp_path / "f.png")])
+        script.main([command, str(tmp_path / "absent"), str(tmp_path / "f.png")])
 
 
 @pytest.mark.parametrize(
@@ -274,17 +269,17 @@ def test_missing_results_folder_is_an_error(command, tmp_path):
         ("stitching", "llfc-stitching-fmnist-mlp"),
     ],
 )
-def test_each_figure_is_drawn_from_committed_results(command, folder, tmp_path, capsys):
+def test_each_figure_is_drawn_from_committed_results(script, command, folder, tmp_path, capsys):
     out = tmp_path / "figure.png"
-    assert _script().main([command, str(RESULTS / folder), str(out)]) == 0
+    assert script.main([command, str(RESULTS / folder), str(out)]) == 0
     assert out.stat().st_size > 10_000
     printed = capsys.readouterr().out
     assert printed.strip() and "nan" not in printed.replace("relative nan", "").lower()
 
 
-def test_committed_methods_barriers_match_table1(capsys, tmp_path):
+def test_committed_methods_barriers_match_table1(script, capsys, tmp_path):
     folder = RESULTS / "llfc-methods-fmnist-mlp"
-    _script().methods(folder, tmp_path / "f.png")
+    script.methods(folder, tmp_path / "f.png")
     printed = capsys.readouterr().out
     with (folder / "table1.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -297,9 +292,9 @@ def test_committed_methods_barriers_match_table1(capsys, tmp_path):
         assert f"midpoint accuracy barrier {acc:.2f} ± " in line
 
 
-def test_committed_spawning_barriers_match_each_variants_table1(capsys, tmp_path):
+def test_committed_spawning_barriers_match_each_variants_table1(script, capsys, tmp_path):
     folder = RESULTS / "llfc-spawning-fmnist-mlp"
-    _script().spawning(folder, tmp_path / "f.png")
+    script.spawning(folder, tmp_path / "f.png")
     printed = capsys.readouterr().out
     variants = json.loads((folder / "variants.json").read_text())["variants"]
     assert [v["changed"]["sweep.spawn_epoch"] for v in variants] == [0, 1, 2, 5]
