@@ -11,12 +11,14 @@ import torch
 
 from lmc.config import LmcError, resolve_device
 
+from .tasks import Task, get_task
+
 SPLITS = ("train", "test")
 
 
 @dataclass
 class Dataset:
-    """A classification dataset held as tensors on one device.
+    """A dataset held as tensors on one device: classification or a token task.
 
     Conventions:
 
@@ -25,8 +27,12 @@ class Dataset:
       ``x = (raw - mean[c]) / std[c]`` where the channel ``c`` is the first axis of
       ``input_shape`` (for a flat input ``(D,)`` that is every feature on its own). Raw pixel
       values are scaled to ``[0, 1]`` before normalising, so ``mean``/``std`` are in those units.
-    - ``y_train``/``y_test``: ``int64`` class indices in ``[0, num_classes)``, shape ``(N,)``.
+    - ``y_train``/``y_test``: ``int64`` class indices in ``[0, num_classes)``, shape ``(N,)``
+      for ``classification``; for ``next-token`` the targets ``(N, T)`` (token ids in
+      ``[0, num_classes)``, ``num_classes`` being the vocabulary).
     - ``augment``: whether training should use :func:`lmc.data.random_crop_flip` by default.
+    - ``task``: the name of the task (:mod:`lmc.data.tasks`: ``classification``, the default,
+      or ``next-token``); :attr:`task_spec` is its :class:`lmc.data.tasks.Task`.
     """
 
     name: str
@@ -39,6 +45,12 @@ class Dataset:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augment: bool
+    task: str = "classification"
+
+    @property
+    def task_spec(self) -> Task:
+        """The :class:`lmc.data.tasks.Task` named by ``task`` (``get_task(self.task)``)."""
+        return get_task(self.task)
 
     def split(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(x, y)`` of the split ``"train"`` or ``"test"``."""
@@ -71,10 +83,11 @@ class Dataset:
         return self.x_train.device
 
     def __repr__(self) -> str:
+        task = "" if self.task == "classification" else f", task={self.task!r}"
         return (
             f"Dataset(name={self.name!r}, train={len(self.y_train)}, test={len(self.y_test)}, "
             f"num_classes={self.num_classes}, input_shape={self.input_shape}, "
-            f"augment={self.augment}, device={self.device})"
+            f"augment={self.augment}{task}, device={self.device})"
         )
 
 

@@ -14,19 +14,35 @@ from lmc.config import LmcError, resolve_device
 from . import paths
 from .cifar import LAYOUTS, has_files, read_cifar
 from .dataset import Dataset, build_dataset
+from .download import TEXT_RESOURCES, TINY_SHAKESPEARE_FILE, file_digest
 from .download import download as download_files
 from .idx import read_idx
 from .subsets import label_part_subset, random_train_subset
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 from .synthetic import make_synthetic
+from .text import (
+    FORTUNE_FILES,
+    TEXT_DATASETS,
+    TEXT_OPTIONS,
+    build_text_dataset,
+    fortunes_text,
+    read_text_file,
+    text_options,
+)
 
+#: The classification datasets (the choices of ``lmc train --dataset`` and of studies).
 DATASETS = ("digits", "mnist", "fashion-mnist", "cifar10", "cifar100", "synthetic")
+#: Every name :func:`load` takes: the classification datasets and the text datasets
+#: (:data:`lmc.data.text.TEXT_DATASETS`: ``text``, ``fortunes``, ``tiny-shakespeare``).
+ALL_DATASETS = DATASETS + TEXT_DATASETS
 
 _ALIASES = {
     "fashionmnist": "fashion-mnist",
     "fmnist": "fashion-mnist",
     "cifar-10": "cifar10",
     "cifar-100": "cifar100",
+    "tinyshakespeare": "tiny-shakespeare",
+    "shakespeare": "tiny-shakespeare",
 }
 
 # digits: fraction of each class held out for testing, and the fixed seed of that split.
@@ -47,11 +63,12 @@ IDX_FILES = {
 
 
 def canonical_name(name: str) -> str:
-    """The dataset's name as listed in ``DATASETS`` (case, ``_`` and a few aliases forgiven)."""
+    """The dataset's name as listed in ``DATASETS`` or ``TEXT_DATASETS`` (case, ``_`` and a few
+    aliases forgiven)."""
     key = str(name).strip().lower().replace("_", "-")
     key = _ALIASES.get(key, _ALIASES.get(key.replace("-", ""), key))
-    if key not in DATASETS:
-        raise LmcError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
+    if key not in ALL_DATASETS:
+        raise LmcError(f"unknown dataset {name!r}; choose one of: {', '.join(ALL_DATASETS)}")
     return key
 
 
@@ -69,10 +86,28 @@ def input_shape(name: str, **options: Any) -> tuple[int, ...]:
     """The shape of one example of dataset ``name`` (as ``load`` returns it), without loading
     any file."""
     key = canonical_name(name)
+    if key in TEXT_DATASETS:
+        return (text_options(key, _text_only(options))["context"],)
     if key == "synthetic":
         shape = options.get("input_shape", SYNTHETIC_DEFAULTS["input_shape"])
         return tuple(shape) if isinstance(shape, (list, tuple)) else (int(shape),)
     return INPUT_SHAPES[key]
+
+
+def _text_only(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k in TEXT_OPTIONS}
+
+
+def dataset_options(name: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The options of dataset ``name`` as a run's config should record them: for a text dataset
+    every text option with its default filled in (:func:`lmc.data.text.text_options`: the
+    tokenizer, ``context``, ``stride`` and ``splits``, so the data a run read is named in full);
+    for every other dataset ``options`` unchanged (existing runs keep their identity)."""
+    key = canonical_name(name)
+    options = dict(options or {})
+    if key in TEXT_DATASETS:
+        return text_options(key, options)
+    return options
 
 
 def load(
@@ -99,6 +134,15 @@ def load(
     :func:`lmc.data.subsets.label_part_subset`), each seeded by ``subset_seed`` (default 0);
     the test split is always whole.
 
+    The text datasets (``text``, ``fortunes``, ``tiny-shakespeare``: :mod:`lmc.data.text`)
+    take ``tokenizer``, ``context``, ``stride``, ``splits`` (``text`` also ``path``, the file)
+    and return a :class:`lmc.data.text.TextDataset` of token windows with a validation block;
+    ``train_size``/``subset_seed`` pick whole training windows, ``label_parts`` does not apply.
+    ``fortunes`` is found in Debian's ``/usr/share/games/fortunes`` (``apt-get install
+    fortunes``) or in ``<root>/fortunes``; ``tiny-shakespeare``'s ``input.txt`` in
+    ``<root>/tiny-shakespeare`` or, with ``download=True``, fetched into the cache (SHA-256
+    checked).
+
     The result is deterministic: the same call gives the same bits. See :class:`Dataset` for
     shapes, dtypes and the normalisation convention.
     """
@@ -116,6 +160,8 @@ def load(
         return build_dataset(
             key, x_tr, y_tr, x_te, y_te, num_classes=num_classes, augment=False, device=dev
         )
+    if key in TEXT_DATASETS:
+        return _load_text_dataset(key, data_dir, download, dev, options)
     unknown = sorted(set(options) - set(SUBSET_OPTIONS))
     if unknown:
         raise LmcError(
@@ -191,13 +237,21 @@ def _load_digits(device: torch.device) -> Dataset:
 # finding files
 
 
+#: The Debian package that installs a dataset where :mod:`lmc.data.paths` looks for it.
+APT_PACKAGES = {"fashion-mnist": "dataset-fashion-mnist", "fortunes": "fortunes"}
+
+
 def _not_found(name: str, searched: list[Path], notes: list[str], files: str) -> LmcError:
     where = ", ".join(str(p) for p in searched)
     extra = f" ({'; '.join(notes)})" if notes else ""
-    apt = "run `apt-get install dataset-fashion-mnist`, " if name == "fashion-mnist" else ""
+    apt = f"run `apt-get install {APT_PACKAGES[name]}`, " if name in APT_PACKAGES else ""
+    get = (
+        f"Get it with --download (download=True), which saves it in {paths.cache_dir() / name}, "
+        if name != "fortunes"
+        else "Get it: "
+    )
     return LmcError(
-        f"dataset {name!r} not found; looked in: {where}{extra}. Get it with --download "
-        f"(download=True), which saves it in {paths.cache_dir() / name}, {apt}or put {files} "
+        f"dataset {name!r} not found; looked in: {where}{extra}. {get}{apt}or put {files} "
         f"in <dir>/{name}/ and pass --data-dir <dir> or set LMC_DATA=<dir>"
     )
 
@@ -297,3 +351,90 @@ def _load_cifar(
         scale=255.0,
         device=device,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# text datasets
+
+
+def _load_text_dataset(
+    key: str,
+    data_dir: str | os.PathLike | None,
+    download: bool,
+    device: torch.device,
+    options: dict[str, Any],
+) -> Dataset:
+    allowed = TEXT_OPTIONS + ("train_size", "subset_seed")
+    if "label_parts" in options or "label_part" in options:
+        raise LmcError(
+            f"{key}: label_parts/label_part pick subsets by class label; a text dataset takes "
+            "train_size (whole training windows) instead"
+        )
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        usable = [o for o in allowed if o != "path" or key == "text"]
+        raise LmcError(
+            f"unknown option(s) {', '.join(unknown)} for {key}; its options are {', '.join(usable)}"
+        )
+    if "subset_seed" in options and "train_size" not in options:
+        raise LmcError(f"{key}: subset_seed needs train_size (the subset it picks)")
+    opts = text_options(key, _text_only(options))  # every option checked before a file is read
+    if key == "text":
+        text, name, source = read_text_file(opts["path"]), Path(opts["path"]).name, opts["path"]
+    elif key == "fortunes":
+        folder = _find_fortunes(data_dir)
+        text, name, source = fortunes_text(folder), key, f"the fortunes in {folder}"
+    else:
+        path = _find_tiny_shakespeare(data_dir, download)
+        text, name, source = read_text_file(path), key, str(path)
+    data = build_text_dataset(
+        name,
+        text,
+        tokenizer=opts["tokenizer"],
+        context=opts["context"],
+        stride=opts["stride"],
+        splits=opts["splits"],
+        source=source,
+        device=device,
+    )
+    if "train_size" in options:
+        data = random_train_subset(data, options["train_size"], options.get("subset_seed", 0))
+    return data
+
+
+def _find_fortunes(data_dir: str | os.PathLike | None) -> Path:
+    """The first searched folder holding every file of ``FORTUNE_FILES``."""
+    searched = paths.candidate_dirs("fortunes", data_dir)
+    notes = []
+    for folder in searched:
+        missing = [f for f in FORTUNE_FILES if not (folder / f).is_file()]
+        if not missing:
+            return folder
+        if len(missing) < len(FORTUNE_FILES):
+            notes.append(
+                f"{folder} lacks {len(missing)} of the {len(FORTUNE_FILES)} fortune files, "
+                f"e.g. {missing[0]}"
+            )
+    raise _not_found("fortunes", searched, notes, "the fortune files (art, computers, ...)")
+
+
+def _find_tiny_shakespeare(data_dir: str | os.PathLike | None, download: bool) -> Path:
+    """char-rnn's ``input.txt`` in a searched folder (or downloaded), its SHA-256 checked."""
+    name = "tiny-shakespeare"
+    searched = paths.candidate_dirs(name, data_dir)
+    found = next((f / TINY_SHAKESPEARE_FILE for f in searched
+                  if (f / TINY_SHAKESPEARE_FILE).is_file()), None)  # fmt: skip
+    if found is None and download:
+        found = download_files(name, paths.cache_dir()) / TINY_SHAKESPEARE_FILE
+    if found is None:
+        raise _not_found(name, searched, [], f"char-rnn's {TINY_SHAKESPEARE_FILE}")
+    resource = TEXT_RESOURCES[name]  # its digest: download.TINY_SHAKESPEARE_SHA256
+    expected = resource.files[TINY_SHAKESPEARE_FILE]
+    got = file_digest(found, resource.algorithm)
+    if got != expected:
+        raise LmcError(
+            f"{found} is not char-rnn's tinyshakespeare {TINY_SHAKESPEARE_FILE} (SHA-256 "
+            f"{got}, expected {expected}); remove it and use --download, or read it as "
+            "dataset 'text' with path=<file>"
+        )
+    return found

@@ -11,7 +11,10 @@ the root itself, because MNIST and Fashion-MNIST share file names. After all roo
 dataset's system folders, used as they are: for Fashion-MNIST that is
 ``/usr/share/datasets/fashion-mnist`` (Debian's ``dataset-fashion-mnist`` package, which installs
 ``train-images-idx3-ubyte.gz``, ``train-labels-idx1-ubyte.gz``, ``t10k-images-idx3-ubyte.gz``
-and ``t10k-labels-idx1-ubyte.gz`` directly in that folder).
+and ``t10k-labels-idx1-ubyte.gz`` directly in that folder); for the ``fortunes`` text corpus it
+is ``/usr/share/games/fortunes`` (Debian's ``fortunes`` package: one plain-text fortune file per
+topic, e.g. ``computers``, ``literature``, next to the ``.dat`` indexes of the ``fortune``
+program).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 
 # Debian's dataset-fashion-mnist package puts the four gzipped IDX files here.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+# Debian's fortunes package puts its fortune files (plain text, '%' lines between fortunes) here.
+DEBIAN_FORTUNES = Path("/usr/share/games/fortunes")
 
 # Subfolders of a root searched for each dataset, in order. The torchvision layouts
 # (``MNIST/raw``, ``FashionMNIST/raw``) are accepted as well.
@@ -29,6 +34,8 @@ SUBFOLDERS: dict[str, tuple[str, ...]] = {
     "fashion-mnist": ("fashion-mnist", "FashionMNIST/raw"),
     "cifar10": ("cifar10", "cifar10/cifar-10-batches-bin", "cifar-10-batches-bin"),
     "cifar100": ("cifar100", "cifar100/cifar-100-binary", "cifar-100-binary"),
+    "fortunes": ("fortunes",),
+    "tiny-shakespeare": ("tiny-shakespeare", "tinyshakespeare"),
 }
 
 
@@ -64,6 +71,8 @@ def system_dirs(name: str) -> list[Path]:
     """Folders installed by the operating system that hold ``name``'s files directly."""
     if name == "fashion-mnist":
         return [DEBIAN_FASHION_MNIST]
+    if name == "fortunes":
+        return [DEBIAN_FORTUNES]
     return []
 
 

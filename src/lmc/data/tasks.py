@@ -1,0 +1,220 @@
+"""What a model's output and its target are: the task, defined in one place.
+
+A :class:`Task` says how a model's output and an example's target are laid out, and from that
+the loss, the accuracy and the per-example reduction every other package uses (training, path
+evaluation, calibration, ECE, ensembles, STE, stitching):
+
+- ``classification`` (:data:`CLASSIFICATION`): one label per example. Output ``(N, C)``
+  logits, target ``(N,)`` int64 class indices. One prediction per example.
+- ``next-token`` (:data:`NEXT_TOKEN`): a label per position of a token window. Output
+  ``(N, T, C)`` logits (position t's logits predict token t + 1; ``C`` is the vocabulary),
+  target ``(N, T)`` int64 token ids (the window's inputs shifted by one: a window
+  x_1..x_T has targets x_2..x_{T+1}). ``T`` predictions per example.
+
+Conventions shared by every task (``P`` = predictions per example, ``M = N·P``):
+
+- :meth:`Task.flatten` turns ``(output, target)`` into ``(logits (M, C), labels (M,))``, the
+  predictions in example-major order: example i's predictions are rows ``i·P .. i·P + P − 1``
+  (:meth:`Task.rows`). For classification it returns its arguments unchanged.
+- Loss (:meth:`Task.loss`): the mean cross-entropy over all M predictions, in nats (per token
+  for next-token; its exponential is the perplexity). Accuracy (:meth:`Task.correct`): the
+  fraction of predictions whose argmax (first index on ties) is the label.
+- Per-example loss (:meth:`Task.per_example_loss`): ``(N,)``, the mean cross-entropy over the
+  example's P predictions (the whole window's mean for next-token). Every example has the same
+  P, so the mean over examples of the per-example losses is the loss.
+- Subsets of a split (calibration and held-out subsets, cross-fitting folds, STE's held-out
+  slice) are drawn over *examples*, i.e. whole windows, never parts of one;
+  :meth:`Task.rows` maps example indices to their prediction rows.
+
+A later task is one :func:`register_task` call (a :class:`Task`, or a subclass overriding
+:meth:`Task.flatten` and :meth:`Task.check` for another layout); :func:`get_task` finds it by
+name. A :class:`lmc.data.Dataset` names its task in ``dataset.task`` (``get_task(ds.task)``
+or ``ds.task_spec``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lmc.config import LmcError, check_labels
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task: the layout of a model's output and target, and the metrics that follow.
+
+    ``name``: the registry key (``dataset.task``); ``target_axes``: the axes of one split's
+    target: 1 for ``(N,)`` (one label per example), 2 for ``(N, T)`` (a label per position);
+    the output has the target's shape plus a trailing class axis ``C``. ``description``: one
+    line for help texts. Instances are immutable and compared by value.
+    """
+
+    name: str
+    target_axes: int
+    description: str = ""
+
+    # -- layout -------------------------------------------------------------------------
+    def check(
+        self,
+        output: torch.Tensor | None,
+        target: torch.Tensor,
+        *,
+        name: str = "labels",
+        num_classes: int | None = None,
+    ) -> None:
+        """``LmcError`` unless ``target`` is a ``target_axes``-D integer tensor of indices in
+        ``[0, C)`` and ``output`` (the model's output on any number of the examples, e.g. one)
+        has the per-example layout ``target`` asks for: ``output.shape[1:-1] ==
+        target.shape[1:]`` plus a class axis. ``C`` is ``num_classes`` when given, else
+        ``output.shape[-1]``; ``output`` may be ``None`` (only the target is checked)."""
+        if output is not None and num_classes is None:
+            num_classes = int(output.shape[-1])
+        if self.target_axes == 1:
+            check_labels(name, target, num_classes)  # 1-D integer class indices in range
+        else:
+            if not isinstance(target, torch.Tensor):
+                raise LmcError(f"{name} must be a tensor, got {type(target).__name__}")
+            if target.dim() != self.target_axes:
+                raise LmcError(
+                    f"{name} must have shape {self.target_layout()} for the {self.name} task, "
+                    f"got shape {tuple(target.shape)}"
+                )
+            check_labels(name, target.reshape(-1), num_classes)
+        if output is not None and (
+            output.dim() != self.target_axes + 1 or output.shape[1:-1] != target.shape[1:]
+        ):
+            raise LmcError(
+                f"the model's output has shape {tuple(output.shape)} but the {self.name} task "
+                f"needs {self.output_layout()} for {name} of shape {tuple(target.shape)}"
+            )
+
+    def target_layout(self) -> str:
+        """The target's layout in words, e.g. ``(N,) class indices``."""
+        return "(N,) class indices" if self.target_axes == 1 else "(N, T), an index per position"
+
+    def output_layout(self) -> str:
+        """The output's layout in words, e.g. ``(N, C) logits``."""
+        return "(N, C) logits" if self.target_axes == 1 else "(N, T, C) logits"
+
+    def predictions_per_example(self, target: torch.Tensor) -> int:
+        """``P``: the predictions one example of ``target`` (a split's target) holds: 1 for
+        classification, T for next-token."""
+        per = 1
+        for size in target.shape[1 : self.target_axes]:
+            per *= int(size)
+        return per
+
+    def flatten(
+        self, output: torch.Tensor, target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits (M, C), labels (M,))``: one row per prediction, example-major (module doc).
+        Classification returns ``(output, target)`` themselves (no copy, no reshape)."""
+        return self.flatten_output(output), self.flatten_target(target)
+
+    def flatten_output(self, output: torch.Tensor) -> torch.Tensor:
+        """``(N, ..., C)`` -> ``(M, C)`` (a view where possible; classification: ``output``)."""
+        if self.target_axes == 1:
+            return output
+        return output.reshape(-1, output.shape[-1])
+
+    def flatten_target(self, target: torch.Tensor) -> torch.Tensor:
+        """``(N, ...)`` -> ``(M,)`` (classification: ``target`` itself)."""
+        if self.target_axes == 1:
+            return target
+        return target.reshape(-1)
+
+    def flatten_stack(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Outputs of k models stacked on a leading axis, ``(k, N, ..., C)`` -> ``(k, M, C)``
+        (classification: ``outputs`` itself)."""
+        if self.target_axes == 1:
+            return outputs
+        return outputs.reshape(outputs.shape[0], -1, outputs.shape[-1])
+
+    def rows(self, examples: torch.Tensor, per_example: int) -> torch.Tensor:
+        """The prediction rows (of :meth:`flatten`) of the examples ``examples`` (int64 indices):
+        ``examples[j]·P + p`` for p = 0..P − 1, example by example, in the order given. With
+        ``P = 1`` (classification) ``examples`` itself."""
+        if per_example == 1:
+            return examples
+        offsets = torch.arange(per_example, dtype=examples.dtype, device=examples.device)
+        return (examples.view(-1, 1) * per_example + offsets).reshape(-1)
+
+    # -- metrics ------------------------------------------------------------------------
+    def loss(
+        self, output: torch.Tensor, target: torch.Tensor, *, label_smoothing: float = 0.0
+    ) -> torch.Tensor:
+        """Mean cross-entropy (nats) over every prediction, a scalar with ``output``'s dtype
+        (``F.cross_entropy`` on the flattened predictions; differentiable)."""
+        logits, labels = self.flatten(output, target)
+        return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+
+    def prediction_losses(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy (nats) of every prediction, shaped like ``target``."""
+        logits, labels = self.flatten(output, target)
+        return F.cross_entropy(logits, labels, reduction="none").view(target.shape)
+
+    def per_example_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``(N,)``: each example's mean cross-entropy over its predictions (nats)."""
+        losses = self.prediction_losses(output, target)
+        if self.target_axes == 1:
+            return losses
+        return losses.reshape(len(losses), -1).mean(dim=1)
+
+    def correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Bool tensor shaped like ``target``: whether each prediction's argmax (the first
+        index on ties) is its label."""
+        return output.argmax(-1) == target
+
+    def accuracy(self, output: torch.Tensor, target: torch.Tensor) -> float:
+        """The fraction of predictions that are correct (:meth:`correct`), in float64."""
+        return self.correct(output, target).double().mean().item()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: The registered tasks by name (:func:`register_task`).
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    """Add ``task`` to :data:`TASKS` under ``task.name`` and return it; ``LmcError`` when the
+    name is taken by another task."""
+    known = TASKS.get(task.name)
+    if known is not None and known != task:
+        raise LmcError(f"a task named {task.name!r} is already registered")
+    TASKS[task.name] = task
+    return task
+
+
+def get_task(task: str | Task | None = None) -> Task:
+    """The :class:`Task` named ``task`` (a :class:`Task` is returned as it is; ``None`` is
+    ``classification``); ``LmcError`` naming the known tasks otherwise."""
+    if task is None:
+        return CLASSIFICATION
+    if isinstance(task, Task):
+        return task
+    found = TASKS.get(task) if isinstance(task, str) else None
+    if found is None:
+        raise LmcError(f"unknown task {task!r}: use one of {', '.join(sorted(TASKS))}")
+    return found
+
+
+def task_names() -> list[str]:
+    """The registered tasks' names, sorted."""
+    return sorted(TASKS)
+
+
+CLASSIFICATION = register_task(
+    Task("classification", 1, "one class label per example: output (N, C), target (N,)")
+)
+NEXT_TOKEN = register_task(
+    Task(
+        "next-token",
+        2,
+        "the next token at every position of a window: output (N, T, C), target (N, T)",
+    )
+)
