@@ -183,14 +183,20 @@ def main(argv: list[str] | None = None) -> int:
                 act = activation_matching(spec, model_a, model_b, sample)
                 perm = act.perm
                 if how == "activation+weight":
-                    perm = weight_matching(spec, state_a, state_b, init_perm=act.perm).perm
+                    perm = weight_matching(
+                        spec, state_a, state_b, init_perm=act.perm, solver="scipy"
+                    ).perm
                 permuted = apply_permutation(spec, perm, state_b)
             elif how == "onepass+rotations":
-                perm = weight_matching(spec, state_a, state_b, init="onepass").perm
+                perm = weight_matching(spec, state_a, state_b, init="onepass", solver="scipy").perm
                 permuted = apply_permutation(spec, perm, state_b)
                 permuted = rotate_heads(model_a, state_a, permuted)
             else:
-                perm = weight_matching(spec, state_a, state_b, **how).perm
+                # the identity start and SciPy's solver unless the row names another: what
+                # the committed matching_options.txt ran with (lmc's defaults are now onepass
+                # and solver "auto")
+                pinned = {"init": "identity", "solver": "scipy", **how}
+                perm = weight_matching(spec, state_a, state_b, **pinned).perm
                 permuted = apply_permutation(spec, perm, state_b)
             merged.load_state_dict(lerp(state_a, permuted, 0.5))
             barriers[name].append(100 * (ends - _accuracy(merged, x, y)))

@@ -56,6 +56,8 @@ def test_align_writes_a_new_run_and_reuses_it(runs, capsys, digits):
         "source": b.name,
         "max_iter": 100,
         "tol": 1e-4,
+        "init": "onepass",  # the defaults; identity and scipy would be left out
+        "solver": "auto",
     }
     assert aligned.config["model_options"] == OPTIONS
     metrics = aligned.metrics
@@ -129,15 +131,26 @@ def test_align_json_for_every_method(runs, capsys):
     assert config["align"]["statistic"] == "correlation"
 
 
-def test_align_init_and_restarts_enter_the_config_only_when_asked(runs, capsys):
+def test_align_init_restarts_and_solver_enter_the_config_only_away_from_earlier_runs(runs, capsys):
     root, a, b, _ = runs
     base = ["align", str(a), str(b), "--runs-dir", str(root), "--quiet", "--json"]
     assert main([*base, "--init", "onepass", "--restarts", "3"]) == 0
     config = load_run(json.loads(capsys.readouterr().out)["run_dir"]).config["align"]
     assert config["init"] == "onepass" and config["restarts"] == 3
-    assert main(base) == 0  # the default run's config has neither key (earlier runs hold)
-    plain = load_run(json.loads(capsys.readouterr().out)["run_dir"]).config["align"]
+    # the values every earlier aligned run had (identity start, SciPy): neither key, so those
+    # runs are found again
+    old = [*base, "--init", "identity", "--solver", "scipy"]
+    assert main(old) == 0
+    out = json.loads(capsys.readouterr().out)
+    plain = load_run(out["run_dir"]).config["align"]
     assert "init" not in plain and "restarts" not in plain and plain["method"] == "weight"
+    assert "solver" not in plain
+    # the defaults (one-pass start, solver auto) are in the config: a new run
+    assert main(base) == 0
+    default = json.loads(capsys.readouterr().out)
+    config = load_run(default["run_dir"]).config["align"]
+    assert config["init"] == "onepass" and config["solver"] == "auto"
+    assert default["run_dir"] != out["run_dir"]
 
 
 def _error(capsys, argv) -> str:

@@ -8,7 +8,12 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from lmc.config import LmcError
-from lmc.perm.lap import linear_assignment, solve_assignment
+from lmc.perm import lap
+from lmc.perm.lap import lapx_problem, linear_assignment, resolve_solver, solve_assignment
+
+needs_lapx = pytest.mark.skipif(
+    lapx_problem() is not None, reason=f"lapx cannot run here: {lapx_problem()}"
+)
 
 
 def _matrix(rng: np.random.Generator, i: int) -> np.ndarray:
@@ -68,6 +73,63 @@ def test_both_solvers_reach_scipys_objective_on_1000_matrices():
             _check(s, warm.perm, best)
     # the certificate itself answers nearly always (the dense fallback is the exception)
     assert certified > 900
+
+
+@needs_lapx
+def test_lapx_reaches_scipys_objective_on_the_same_1000_matrices_and_is_deterministic(
+    monkeypatch,
+):
+    """lapx (``auto``'s solver for large matrices where installed) on the matrices above, ties
+    included: SciPy's optimum on every one; where several permutations tie it may pick another
+    optimal one than SciPy, but always the same one for the same matrix."""
+    monkeypatch.setattr(lap, "AUTO_LAPX_MIN", 1)  # auto: lapx on every size
+    rng = np.random.default_rng(0)
+    other = 0
+    for i in range(1000):
+        s = _matrix(rng, i)
+        rows, cols = linear_sum_assignment(s, maximize=True)
+        best = float(s[rows, cols].sum())
+        st = torch.from_numpy(s)
+        first = linear_assignment(st, solver="lapx")
+        _check(s, first, best)
+        assert torch.equal(first, solve_assignment(st, solver="auto").perm)
+        if i % 10 == 0:
+            assert torch.equal(first, linear_assignment(st.clone(), solver="lapx"))
+        other += not torch.equal(first, linear_assignment(st))
+    assert other > 0  # ties broken differently from SciPy: why recipes name their solver
+
+
+@needs_lapx
+def test_auto_gives_small_matrices_to_scipy_and_large_ones_to_lapx():
+    rng = np.random.default_rng(1)
+    for n in (lap.AUTO_LAPX_MIN - 1, lap.AUTO_LAPX_MIN):
+        s = torch.from_numpy(rng.integers(0, 3, (n, n)).astype(float))  # ties: solvers differ
+        auto = solve_assignment(s, solver="auto").perm
+        own = "scipy" if n < lap.AUTO_LAPX_MIN else "lapx"
+        assert torch.equal(auto, linear_assignment(s, solver=own)), n
+
+
+def test_auto_is_scipy_where_lapx_cannot_run_and_lapx_is_then_refused(monkeypatch):
+    monkeypatch.setattr(lap, "lapx_problem", lambda: "the lapx package is not installed")
+    assert resolve_solver("auto") == "scipy"
+    s = torch.tensor([[0.0, 2.0], [3.0, 0.0]])
+    assert solve_assignment(s, solver="auto").perm.tolist() == [1, 0]
+    with pytest.raises(LmcError, match="'lapx' cannot run: the lapx package is not installed"):
+        solve_assignment(s, solver="lapx")
+
+
+def test_lapx_is_checked_against_scipy_before_auto_uses_it(monkeypatch):
+    """A lapx build that misses SciPy's optimum on the check matrices is never used."""
+    lapx_problem.cache_clear()
+    try:
+        monkeypatch.setattr(lap, "_lapx", lambda s: torch.arange(s.shape[0]))  # "broken"
+        problem = lapx_problem()
+        if problem is not None and "not installed" in problem:
+            pytest.skip(problem)
+        assert problem is not None and "missed SciPy's optimum" in problem
+        assert resolve_solver("auto") == "scipy"
+    finally:
+        lapx_problem.cache_clear()
 
 
 def test_the_certificate_rejects_a_candidate_set_missing_the_optimum():

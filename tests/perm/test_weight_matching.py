@@ -21,6 +21,7 @@ from lmc.perm import (
     spec_from_model,
     weight_matching,
 )
+from lmc.perm.lap import lapx_problem, resolve_solver
 
 
 def _mlp_spec():
@@ -180,14 +181,20 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,options,shape", CASES)
-def test_weight_matching_recovers_a_known_permutation(name, options, shape):
+@pytest.mark.parametrize(
+    "name,options,shape,init",
+    [(*case, "identity") for case in CASES] + [(*case, "onepass") for case in CASES[1::2]],
+)
+def test_weight_matching_recovers_a_known_permutation(name, options, shape, init):
+    """From both starts (the one-pass one, the default, also on the other cases in
+    test_every_solver_and_option_recovers_a_known_permutation)."""
     model = build(name, seed=11, **options)
     spec = spec_from_model(model, torch.zeros(2, *shape))
     state_a = model.state_dict()
     pi = random_permutation(spec, 3)
     state_b = apply_permutation(spec, pi, state_a)  # B = pi(A)
-    info = weight_matching(spec, state_a, state_b, seed=0)
+    info = weight_matching(spec, state_a, state_b, seed=0, init=init)
+    assert info.start == init
     assert isinstance(info, WeightMatchingResult)
     perm = info.perm
     expected = invert_permutation(pi)
@@ -205,7 +212,26 @@ def test_weight_matching_recovers_a_known_permutation(name, options, shape):
     )
     assert info.objective_per_pass[-1] == pytest.approx(info.objective_after, rel=1e-6)
     assert info.objective_before < info.objective_per_pass[-1]
-    assert info.objective_init == info.objective_before  # no init_perm: starts at the identity
+    if init == "identity":
+        assert info.objective_init == info.objective_before
+    else:  # the one-pass answer is the start, and the descent never goes below it
+        assert info.objective_before < info.objective_init <= info.objective_after + 1e-9
+
+
+def test_the_default_start_is_the_one_pass_answer_and_init_perm_needs_no_init():
+    a = build("mlp", seed=1, input_size=16, width=24, depth=3)
+    spec = spec_from_model(a, torch.zeros(2, 16))
+    sa = a.state_dict()
+    sb = build("mlp", seed=2, input_size=16, width=24, depth=3).state_dict()
+    default = weight_matching(spec, sa, sb, seed=2)
+    onepass = weight_matching(spec, sa, sb, seed=2, init="onepass")
+    identity = weight_matching(spec, sa, sb, seed=2, init="identity")
+    assert default.start == "onepass" and identity.start == "identity"
+    assert all(torch.equal(default.perm[g], onepass.perm[g]) for g in spec.group_sizes)
+    assert default.objective_init == onepass.objective_init > identity.objective_init
+    given = weight_matching(spec, sa, sb, seed=2, init_perm=identity.perm)
+    assert given.start == "given" and given.passes == 1
+    assert given.objective_init == pytest.approx(identity.objective_after, rel=1e-12)
 
 
 def test_weight_matching_recovers_through_cat_and_flatten(extra_models):
@@ -261,9 +287,11 @@ def test_weight_matching_refuses_mismatched_states():
 
 OPTIONS = [
     dict(solver="sparse"),
-    dict(init="onepass"),
+    dict(solver="scipy"),
+    dict(solver="lapx"),
+    dict(init="identity"),
     dict(restarts=3),
-    dict(solver="sparse", init="onepass", restarts=2),
+    dict(solver="sparse", init="identity", restarts=2),
 ]
 
 
@@ -274,6 +302,8 @@ OPTIONS = [
 def test_every_solver_and_option_recovers_a_known_permutation(
     name, options, shape, kwargs, monkeypatch
 ):
+    if kwargs.get("solver") == "lapx" and lapx_problem() is not None:
+        pytest.skip(f"lapx cannot run here: {lapx_problem()}")
     # the sparse solver normally answers only groups of >= 1024 units: force it on every group
     monkeypatch.setattr("lmc.perm.weight_match._SPARSE_MIN", 1)
     model = build(name, seed=11, **options)
@@ -287,6 +317,8 @@ def test_every_solver_and_option_recovers_a_known_permutation(
         assert torch.equal(info.perm[g], expected[g]), g
     restarts = kwargs.get("restarts", 1)
     assert len(info.restart_objectives) == restarts == len(info.restart_seconds)
+    assert info.solver == resolve_solver(kwargs.get("solver", "auto"))
+    assert info.start == kwargs.get("init", "onepass")
     assert info.objective_after == max(info.restart_objectives)
 
 

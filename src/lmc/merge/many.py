@@ -226,9 +226,12 @@ def merge_many_iterative(
             if sum(w[j] for j in others) <= 0:
                 continue  # nothing to align to: the others all have weight 0
             mean = average([current[j] for j in others], [w[j] for j in others])
+            # SciPy's solver, as the committed merge-many results ran with (weight matching's
+            # default "auto" may pick lapx, which can break exact ties differently)
             result = lmc_perm.weight_matching(
-                spec, mean, states[i], seed=seed, max_iter=max_iter, init_perm=perms[i], tol=tol
-            )
+                spec, mean, states[i], seed=seed, max_iter=max_iter, init_perm=perms[i], tol=tol,
+                solver="scipy",
+            )  # fmt: skip
             if not _same_perm(result.perm, perms[i]):
                 changed += 1
                 perms[i] = result.perm

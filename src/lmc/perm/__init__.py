@@ -14,12 +14,23 @@ returns one result type, a frozen dataclass derived from :class:`MatchResult`: t
 permutation is its ``perm`` field, next to the method's own typed fields (objectives, passes,
 losses). ``check_same_architecture`` is :func:`lmc.models.compare.check_same_architecture`,
 re-exported here under its old home.
+
+Beyond permutations (docs/science.md, "Symmetries beyond permutations"): ``canonicalize``
+folds a pre-LN transformer's LayerNorms away so its residual stream admits orthogonal maps
+(:mod:`.canonical`); ``symmetry_spec`` adds axis roles and each group's admissible kind to the
+spec (:mod:`.symmetry`); ``Permutation`` / ``Orthogonal`` / ``Invertible`` are the transform
+kinds of one group (:mod:`.transforms`); an ``Alignment`` maps every group to its transform
+(:mod:`.alignment_map`; ``Alignment.from_permutation(result.perm)`` converts today's
+permutations); ``orthogonal_weight_matching`` solves the stream by Procrustes
+(:mod:`.orthogonal_match`).
 """
 
 from lmc.models.compare import check_same_architecture
 
 from .activation_match import ActivationMatchingResult, activation_matching
 from .alignment import METHODS, AlignResult, align
+from .alignment_map import Alignment, random_alignment
+from .canonical import canonical_skeleton, canonical_state, canonicalize, stream_layout
 from .lap import linear_assignment
 from .ops import (
     MatchResult,
@@ -32,9 +43,12 @@ from .ops import (
     moved_fraction,
     random_permutation,
 )
+from .orthogonal_match import OrthogonalMatchResult, orthogonal_weight_matching
 from .spec import PermutationSpec, Segment, axis_index
 from .ste import SteMatchingResult, ste_matching
+from .symmetry import SymmetrySpec, symmetry_spec
 from .trace import TraceResult, spec_from_model, trace_model
+from .transforms import Invertible, Orthogonal, Permutation, Transform
 from .weight_match import (
     SimilarityMatrices,
     WeightMatchingResult,
@@ -71,4 +85,19 @@ __all__ = [
     "trace_model",
     "weight_matching",
     "one_pass_matching",
+    # symmetries beyond permutations (canonical form, transform kinds, alignments)
+    "Alignment",
+    "Invertible",
+    "Orthogonal",
+    "OrthogonalMatchResult",
+    "Permutation",
+    "SymmetrySpec",
+    "Transform",
+    "canonical_skeleton",
+    "canonical_state",
+    "canonicalize",
+    "orthogonal_weight_matching",
+    "random_alignment",
+    "stream_layout",
+    "symmetry_spec",
 ]

@@ -31,7 +31,7 @@ METHODS = ("weight", "activation", "ste", "random", "onepass", "none")
 
 # settings each method accepts (besides ``spec``, a hand-written PermutationSpec)
 SETTINGS: dict[str, dict[str, Any]] = {
-    "weight": {"max_iter": 100, "tol": 1e-4, "init": "identity", "restarts": 1},
+    "weight": {"max_iter": 100, "tol": 1e-4, "init": "onepass", "restarts": 1, "solver": "auto"},
     "activation": {"batch_size": 256, "statistic": "correlation", "max_examples": None},
     "ste": {
         "steps": 200,
@@ -89,7 +89,9 @@ def align(
     """Permute ``model_b``'s units to match ``model_a`` with ``method``.
 
     ``method``: ``weight`` (weight matching; settings ``max_iter``, ``tol``, ``init``
-    (``identity`` or ``onepass``) and ``restarts``), ``activation``
+    (``onepass``, the default, or ``identity``), ``restarts`` and ``solver`` (``auto``, the
+    default, ``scipy``, ``lapx`` or ``sparse``); ``info`` records the solver that ran),
+    ``activation``
     (settings ``batch_size``, ``statistic`` = correlation|covariance, ``max_examples``),
     ``ste`` (settings ``steps``, ``lr``, ``batch_size``, ``holdout``, ``max_iter``, ``tol``; needs
     ``labels``), ``onepass`` (Git Re-Basin's greedy one-pass baseline, App. A.7:
@@ -129,10 +131,12 @@ def align(
             tol=options["tol"],
             init=options["init"],
             restarts=options["restarts"],
+            solver=options["solver"],
             quiet=quiet,
         )
         perm = wm.perm
         extras.update(
+            solver=wm.solver,
             passes=wm.passes,
             assignments=wm.assignments,
             converged=wm.converged,

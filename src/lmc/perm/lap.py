@@ -1,9 +1,16 @@
 """The linear assignment solvers that every matching method calls.
 
-Two exact solvers of ``max_p Σ_i S[i, p[i]]`` over permutations ``p`` of a square matrix:
+Three exact solvers of ``max_p Σ_i S[i, p[i]]`` over permutations ``p`` of a square matrix,
+and ``auto``, weight matching's default: ``lapx`` for matrices of ``AUTO_LAPX_MIN`` (512) rows
+or more where lapx is installed and passed its check, ``scipy`` otherwise.
 
 - ``scipy``: SciPy's ``linear_sum_assignment`` (a shortest-augmenting-path Jonker–Volgenant
   variant) on ``S`` reduced by its row and then column maxima (the same optimum);
+- ``lapx``: lapx's Jonker–Volgenant (``lap.lapjv`` in float64; the optional ``lapx`` package,
+  ``pip install 'lmc[fast]'``) on the same reduced ``S``, negated into costs and scaled by a
+  power of two into [0, 1) (exact). Before anything uses it, :func:`lapx_problem` checks that
+  the installed build reaches SciPy's optimum on 32 fixed matrices (ties, tiny, huge and
+  negative values); one that does not is never used;
 - ``sparse``: a certified candidate-set solver. Each row keeps its ``k`` best columns under the
   column prices ``v`` (warm-started from the previous solve of the same matrix, which late
   weight-matching passes barely change), plus the edges of the current permutation, so a perfect
@@ -17,22 +24,33 @@ Two exact solvers of ``max_p Σ_i S[i, p[i]]`` over permutations ``p`` of a squa
   for every permutation ``q`` (``eps = 1e-11 · max|S|``). Rows that fail add their best columns
   to the candidates and the sparse problem is solved again; after ``_MAX_ROUNDS`` rounds, or if
   Bellman–Ford does not settle, SciPy's dense solver answers. So the answer is always the exact
-  optimum (to ``n · eps``), whatever the matrix.
+  optimum (to ``n · eps``), whatever the matrix. The dense check runs in float32 with a margin
+  that covers its rounding; rows within the margin are checked again in float64.
 
-The dense check runs in float32 with a margin that covers its rounding; rows within the margin
-are checked again in float64.
+Ties: every solver returns an optimum, and the same one for the same matrix, but where several
+permutations tie they may return different ones (lapx and SciPy do on 322 of the 1000 matrices
+of ``tests/perm/test_lap_solver.py``, every one of them a matrix with ties). Weight matching
+takes a step only when it raises the objective (by more than 1e-12 of it), so a tie with the
+current permutation never moves a unit, but a tie between two better ones is broken by the
+solver: a result that must give the same numbers on every machine names ``scipy`` or ``lapx``
+rather than ``auto`` (whose answer depends on whether lapx is installed); the committed recipes
+name ``scipy``.
 
-Measured with SciPy's dense solver inside the candidate rounds (``benchmarks/weight_matching.py
---profile``, one run on a shared 2-core CPU, 2026-12-04): on weight matching of digits MLPs the
-sparse solver's assignments took 0.8x SciPy's time at width 512 (0.38 s against 0.46 s), 9.0x
-at 1024 (14.1 s against 1.6 s) and 11.6x at 2048 (56.3 s against 4.8 s): the candidate problem
-is solved densely with forbidden edges, so it costs a dense solve per round plus the
-certificate. ``scipy`` is the default everywhere; ``sparse`` is an exact second solver (tests
-cross-check the two), not a faster one.
+Speed (``benchmarks/weight_matching.py --profile``, 2026-12-05, one shared 2-core CPU under
+load from other jobs, so only ratios within one run count): lapx's assignments took 1.3–1.9×
+less time than SciPy's in weight matching of digits MLPs of width 512–2048 in 5 of 6 runs
+(identity and one-pass starts; 0.95× once, width 1024 from the identity) and 1.4–2.4× more on
+ResNet-20 ×2 and ×4 (groups of 64–256 units), hence ``AUTO_LAPX_MIN``; every solver gave the
+same permutations in those runs. The load made single ratios uncertain by up to ~40 % (SciPy
+timed against itself once read 1.39×). The sparse solver's assignments took 5–17× SciPy's time at
+widths 1024 and 2048 (the candidate problem is solved densely with forbidden edges, so it costs
+a dense solve per round plus the certificate): an exact second solver, not a faster one, and
+never a default.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +61,11 @@ from scipy.sparse.csgraph import NegativeCycleError, bellman_ford
 
 from lmc.config import LmcError
 
-SOLVERS = ("scipy", "sparse")
+SOLVERS = ("auto", "scipy", "lapx", "sparse")
+#: ``auto`` gives matrices of this many rows or more to lapx (where it can run), smaller ones
+#: to SciPy: lapx was faster on the benchmark MLPs' groups of 512 to 2048 units and slower on
+#: ResNet-20's groups of 64 to 256 (module docstring).
+AUTO_LAPX_MIN = 512
 
 _MAX_ROUNDS = 12  # sparse rounds before the dense fallback
 _EPS = 1e-11  # certificate tolerance, relative to max|S|
@@ -67,10 +89,7 @@ def _check_square(s: torch.Tensor) -> None:
 
 
 def _scipy(s: torch.Tensor) -> torch.Tensor:
-    x = s.detach().to("cpu", torch.float64)
-    x = x - x.max(dim=1, keepdim=True).values
-    x = x - x.max(dim=0, keepdim=True).values
-    rows, cols = linear_sum_assignment(x.numpy(), maximize=True)
+    rows, cols = linear_sum_assignment(_reduced(s), maximize=True)
     out = torch.empty(s.shape[0], dtype=torch.long)
     out[torch.from_numpy(rows).long()] = torch.from_numpy(cols).long()
     return out
@@ -104,6 +123,95 @@ def _prices(
     except NegativeCycleError:
         return None
     return -torch.from_numpy(dist[:n]).to(s.dtype)
+
+
+def _reduced(s: torch.Tensor) -> np.ndarray:
+    """``s`` (float64, CPU) less its row maxima, then its column maxima: every entry ≤ 0, the
+    same optimum; what both dense solvers are given, so they see the same numbers."""
+    x = s.detach().to("cpu", torch.float64).numpy()
+    x = x - x.max(axis=1, keepdims=True)  # NumPy: torch's reductions cost ~1 ms per call
+    return x - x.max(axis=0, keepdims=True)  # on small matrices (thread start-up)
+
+
+def _lapx(s: torch.Tensor) -> torch.Tensor:
+    """lapx's Jonker–Volgenant (``lap.lapjv``, float64) on the reduced ``s`` negated into costs
+    ≥ 0 and scaled by a power of two into [0, 1) (exact, so the optimum is the same)."""
+    import lap
+
+    cost = -_reduced(s)
+    top = float(cost.max()) if cost.size else 0.0
+    if top > 0:
+        cost = np.ldexp(cost, -int(np.frexp(top)[1]))
+    _, x, _ = lap.lapjv(np.ascontiguousarray(cost))
+    return torch.from_numpy(np.asarray(x, dtype=np.int64))
+
+
+#: The fixed matrices lapx must solve to SciPy's optimum before ``auto`` picks it: sizes 1-40,
+#: ties (integer and constant entries), tiny, huge and negative values.
+def _check_matrices() -> list[np.ndarray]:
+    rng = np.random.default_rng(20261204)
+    out = []
+    for i in range(32):
+        n = 1 + (i * 7) % 40
+        kind = i % 6
+        if kind == 0:
+            m = rng.standard_normal((n, n))
+        elif kind == 1:
+            m = rng.integers(0, 3, (n, n)).astype(float)
+        elif kind == 2:
+            m = np.full((n, n), float(i % 5 - 2))
+        elif kind == 3:
+            m = rng.standard_normal((n, n)) * 1e-9
+        elif kind == 4:
+            m = rng.standard_normal((n, n)) * 1e12
+        else:
+            m = -rng.random((n, n)) * 50.0 - 1e3
+        out.append(m)
+    return out
+
+
+@functools.cache
+def lapx_problem() -> str | None:
+    """Why the ``lapx`` solver cannot be used here (``None``: it can). It needs the ``lapx``
+    distribution (``pip install 'lmc[fast]'``; it installs the module ``lap``, which the older
+    ``lap`` package also provides, so the distribution is what is checked), and its answers on
+    :func:`_check_matrices` must reach SciPy's optimum (a broken build is never used)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("lapx")
+    except metadata.PackageNotFoundError:
+        return "the lapx package is not installed (pip install 'lmc[fast]')"
+    try:
+        import lap  # noqa: F401  (lapx's module)
+    except ImportError as exc:  # pragma: no cover - a broken install
+        return f"lapx {version} is installed but does not import: {exc}"
+    for m in _check_matrices():
+        rows, cols = linear_sum_assignment(m, maximize=True)
+        best = float(m[rows, cols].sum())
+        try:
+            p = _lapx(torch.from_numpy(m)).numpy()
+        except Exception as exc:  # noqa: BLE001 - any failure means: do not use it
+            return f"lapx {version} failed its check: {exc}"
+        n = m.shape[0]
+        value = float(m[np.arange(n), p].sum()) if sorted(p.tolist()) == list(range(n)) else None
+        if value is None or abs(value - best) > 1e-9 * max(float(np.abs(m).sum()), 1e-300):
+            return f"lapx {version} missed SciPy's optimum on its check matrix of size {n}"
+    return None
+
+
+def resolve_solver(solver: str) -> str:
+    """``solver`` as it will run here: ``auto`` stays ``auto`` where lapx can run (lapx for
+    matrices of :data:`AUTO_LAPX_MIN` rows or more, SciPy below) and is ``scipy`` where
+    :func:`lapx_problem` finds a problem; ``lapx`` where it cannot run is an ``LmcError``
+    saying why; an unknown name is an ``LmcError``."""
+    if solver not in SOLVERS:
+        raise LmcError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
+    if solver == "auto":
+        return "scipy" if lapx_problem() else "auto"
+    if solver == "lapx" and lapx_problem():
+        raise LmcError(f"solver 'lapx' cannot run: {lapx_problem()}; or use solver 'scipy'")
+    return solver
 
 
 def _sparse(
@@ -164,19 +272,24 @@ def solve_assignment(
 ) -> Assignment:
     """The exact maximiser ``p`` of ``Σ_i similarity[i, p[i]]``, with its certificate.
 
-    ``solver``: ``scipy`` or ``sparse`` (see the module docstring); ``prices`` (n,) and
-    ``start`` (a permutation) warm-start the sparse solver (from the last solve of a similar
-    matrix); ``k``: candidate columns per row; matrices smaller than ``min_size`` go to SciPy
-    whatever ``solver`` says (the sparse rounds' overhead does not pay below it). Non-finite
-    entries are the caller's to refuse.
+    ``solver``: ``scipy``, ``lapx``, ``sparse`` or ``auto`` (``lapx`` for matrices of
+    :data:`AUTO_LAPX_MIN` rows or more where lapx is installed and passed its check, else
+    ``scipy``: :func:`resolve_solver`; see the module docstring);
+    ``prices`` (n,) and ``start`` (a permutation) warm-start the sparse solver (from the last
+    solve of a similar matrix); ``k``: candidate columns per row; matrices smaller than
+    ``min_size`` go to SciPy whatever ``solver`` says when it is ``sparse`` (the sparse
+    rounds' overhead does not pay below it). Non-finite entries are the caller's to refuse.
+    Every solver is exact; where several permutations tie for the optimum they may return
+    different ones (each always the same one for the same matrix).
     """
     _check_square(similarity)
-    if solver not in SOLVERS:
-        raise LmcError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
+    solver = resolve_solver(solver)
     n = similarity.shape[0]
     if n == 0:
         return Assignment(torch.zeros(0, dtype=torch.long), None, 0)
-    if solver == "scipy" or n < max(min_size, 2):
+    if solver == "lapx" or (solver == "auto" and n >= AUTO_LAPX_MIN):
+        return Assignment(_lapx(similarity), None, 0)
+    if solver in ("scipy", "auto") or n < max(min_size, 2):
         return Assignment(_scipy(similarity), None, 0)
     return _sparse(similarity, prices, start, k)
 
@@ -185,7 +298,8 @@ def linear_assignment(similarity: torch.Tensor, solver: str = "scipy") -> torch.
     """The permutation ``p`` maximising ``Σ_i similarity[i, p[i]]`` (an int64 CPU tensor).
 
     Rows are A's units, columns B's; ``p[i]`` is the unit of B matched to unit ``i`` of A, so
-    applying ``p`` to B puts B's units in A's order. Exact with either ``solver`` (see
-    :func:`solve_assignment`); non-finite entries are the caller's to refuse.
+    applying ``p`` to B puts B's units in A's order. Exact with every ``solver`` (see
+    :func:`solve_assignment`; the default stays SciPy's here, as activation matching and the
+    head steps use it); non-finite entries are the caller's to refuse.
     """
     return solve_assignment(similarity, solver=solver).perm

@@ -6,7 +6,9 @@ Learn θ̃ (initialised at θ_A). At every step
 2. ``B' = π(θ_B)``; the projected parameters are ``B' + θ̃ − stopgrad(θ̃)``: their value is
    ``B'`` and their gradient flows to θ̃ (the straight-through estimator);
 3. the midpoint ``½(θ_A + projected)`` is evaluated with ``torch.func.functional_call`` on a
-   training batch, and θ̃ takes an Adam step on its cross-entropy.
+   training batch, and θ̃ takes an Adam step on its cross-entropy (the task's loss,
+   :mod:`lmc.data.tasks`: for ``next-token`` the mean over every position of the batch's
+   windows).
 
 Floating buffers (BatchNorm running statistics) of the midpoint are ``½(A + B')``; a model
 with BatchNorm runs the midpoint in train mode (batch statistics, which is what a merged
@@ -14,8 +16,9 @@ BatchNorm network needs before its statistics are reset), any other model in eva
 
 The permutation kept is the best one seen, judged by the midpoint's cross-entropy on a fixed
 held-out slice of ``inputs`` (never used for the steps). The candidates include step 0's
-permutation, which is exactly weight matching's answer on (θ_A, θ_B) with the same seed, so
-the result is never worse than weight matching on that criterion.
+permutation, which is exactly weight matching's answer on (θ_A, θ_B) with the same seed (from
+the identity start, with SciPy's solver), so the result is never worse than weight matching on
+that criterion.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ import hashlib
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
 from lmc.config import LmcError, progress
+from lmc.data.tasks import Task, get_task
 from lmc.models import module_device, preserved_modes
 
 from .ops import MatchResult, Perm, apply_permutation
@@ -85,11 +88,14 @@ def ste_matching(
     max_iter: int = 100,
     tol: float = 1e-4,
     quiet: bool = True,
+    task: Task | str = "classification",
 ) -> SteMatchingResult:
     """Learn a permutation of B whose midpoint with A has low loss (see the module docstring).
 
-    ``inputs``/``labels``: training examples and int64 class labels. The last ``holdout``
-    examples (default ``min(1024, N // 5)``) judge the candidates; the rest are drawn in
+    ``inputs``/``labels``: training examples and their int64 targets as ``task`` lays them out
+    (default ``classification``: (N,) class labels; ``next-token``: (N, T) next tokens; the
+    loss is the task's, :mod:`lmc.data.tasks`). The last ``holdout`` examples (whole windows
+    for next-token; default ``min(1024, N // 5)``) judge the candidates; the rest are drawn in
     batches of ``batch_size`` in an order fixed by ``seed`` (which also seeds weight matching).
     ``steps`` Adam steps with learning rate ``lr``; ``max_iter`` and ``tol`` go to weight
     matching. Returns a :class:`SteMatchingResult`: ``result.perm`` is the best permutation
@@ -97,6 +103,7 @@ def ste_matching(
     """
     if labels is None:
         raise LmcError("STE matching needs labels for its training loss")
+    task = get_task(task)
     n = int(inputs.shape[0])
     if n != int(labels.shape[0]):
         raise LmcError(f"{n} inputs but {labels.shape[0]} labels")
@@ -116,6 +123,10 @@ def ste_matching(
     state_b = {k: v.detach().to(device) for k, v in model_b.state_dict().items()}
     param_names = [name for name, _ in model_a.named_parameters()]
     floating = [k for k, v in state_a.items() if v.is_floating_point()]
+    # the second names of shared tensors (a tied head: ``head.weight`` is ``tok.weight``) are
+    # left out of the midpoint: functional_call ties them to the first name, gradient included
+    owned = set(param_names) | {name for name, _ in model_a.named_buffers()}
+    aliases = {k for k in state_a if k not in owned}
     tilde = {k: state_a[k].clone().requires_grad_(True) for k in param_names}
     optimizer = torch.optim.Adam(list(tilde.values()), lr=lr)
     gen = torch.Generator().manual_seed(int(seed))
@@ -125,6 +136,8 @@ def ste_matching(
         b = apply_permutation(spec, perm, state_b)
         mid = {}
         for k, v in state_a.items():
+            if k in aliases:
+                continue
             if k in tilde and straight_through:
                 mid[k] = 0.5 * (v + (b[k] + tilde[k] - tilde[k].detach()))
             elif k in floating:
@@ -136,7 +149,7 @@ def ste_matching(
     def holdout_loss(perm: Perm) -> float:
         with torch.no_grad():
             out = functional_call(model_a, midpoint(perm, False), (x_hold,))
-            return float(F.cross_entropy(out, y_hold))
+            return float(task.loss(out, y_hold))
 
     def current_state() -> dict[str, torch.Tensor]:
         return {**state_a, **{k: v.detach() for k, v in tilde.items()}}
@@ -144,7 +157,12 @@ def ste_matching(
     train_losses: list[float] = []
     with preserved_modes(model_a):
         model_a.train(train_mode)
-        perm = weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter, tol=tol).perm
+        # STE's weight matching keeps the start and solver its committed results ran with
+        # (weight matching's own defaults are now the one-pass start and solver "auto")
+        perm = weight_matching(
+            spec, state_a, state_b, seed=seed, max_iter=max_iter, tol=tol, init="identity",
+            solver="scipy",
+        ).perm  # fmt: skip
         best_perm, best_loss, best_step = perm, holdout_loss(perm), 0
         initial_loss = best_loss
         seen = {_key(perm): best_loss}
@@ -161,6 +179,7 @@ def ste_matching(
                 max_iter=max_iter,
                 tol=tol,
                 init_perm=perm,
+                solver="scipy",
             ).perm
             key = _key(perm)
             if key not in seen:
@@ -176,7 +195,7 @@ def ste_matching(
             if step > 1:
                 project_and_score(step)
             out = functional_call(model_a, midpoint(perm, True), (x_train[idx],))
-            loss = F.cross_entropy(out, y_train[idx])
+            loss = task.loss(out, y_train[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

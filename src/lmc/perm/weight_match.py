@@ -21,19 +21,23 @@ Speed (``benchmarks/weight_matching.py`` measures it against Git Re-Basin's loop
   a full product, and a term whose permutations were not replaced is skipped outright;
 - a group whose ``S_g`` did not change since its last assignment is not solved again (the
   answer would be the same);
-- the assignment solver is SciPy's dense ``linear_sum_assignment`` (``solver="scipy"``).
-  ``solver="sparse"`` (:mod:`lmc.perm.lap`: a certified candidate-set solver warm-started from
-  the group's last prices and permutation, for groups of 1024 units or more) is exact too, but
-  measured slower: its assignments took 9.0x SciPy's time at width 1024 and 11.6x at 2048
-  (digits MLPs, ``benchmarks/weight_matching.py --profile``, one run), so it is an option,
-  not the default;
-- the start matters more than the solver: ``init="onepass"`` (Git Re-Basin's greedy one-pass
-  answer, then coordinate descent) reached a higher objective in fewer passes than the
-  identity start on the benchmark's digits MLPs (``benchmarks/weight_matching.py --init
-  onepass``; the README quotes the figures). The descent keeps the similarity products the
-  one-pass step made (each layer's incoming weights under the decided permutations) and adds
-  only the terms it left out, so the start costs its assignments and little else. The
-  identity stays the default so that earlier results keep their numbers.
+- the assignment solver (:mod:`lmc.perm.lap`, every one exact): ``solver="auto"`` (the
+  default) is lapx's Jonker–Volgenant (``pip install 'lmc[fast]'``) on groups of 512 units or
+  more where lapx is installed and passes its check against SciPy (measured 1.3–1.9x faster
+  there), else SciPy's dense ``linear_sum_assignment`` (``solver="scipy"``, what every
+  committed result ran with). ``solver="sparse"`` (a certified
+  candidate-set solver warm-started from the group's last prices and permutation, for groups
+  of 1024 units or more) is exact too, but measured slower than SciPy, so it is an option,
+  never the default. Solvers may break exact ties between optimal assignments differently, so
+  a result that must reproduce bit for bit names its solver;
+- the start matters more than the solver: ``init="onepass"`` (the default; Git Re-Basin's
+  greedy one-pass answer, then coordinate descent) reached a higher objective in fewer passes
+  than the identity start on the benchmark's digits MLPs (``benchmarks/weight_matching.py
+  --init onepass``; the README quotes the figures). The descent keeps the similarity products
+  the one-pass step made (each layer's incoming weights under the decided permutations) and
+  adds only the terms it left out, so the start costs its assignments and little else.
+  ``init="identity"`` is Git Re-Basin's own start (and the one every committed result before
+  the one-pass default ran with: their recipes name it).
 
 Attention heads (``spec.heads``): a head group and the groups nested in it (the q/k and v/o
 dims of one attention layer) are one coordinate. Its step scores every (head of A, head of B)
@@ -59,7 +63,7 @@ from lmc.config.progress import complete, progress_bar
 from lmc.models.compare import check_same_architecture
 
 from .heads import head_value, nested_assignment, nested_of
-from .lap import SOLVERS, Assignment, solve_assignment
+from .lap import Assignment, resolve_solver, solve_assignment
 from .ops import MatchResult, check_permutation, identity_permutation, matching_objective
 from .spec import AxisEntry, PermutationSpec, axis_index
 
@@ -254,7 +258,10 @@ class WeightMatchingResult(MatchResult):
     than ``max_iter``. With restarts these four describe the winning restart.
     ``restart_objectives``: ``objective_after`` of each restart (restart ``r`` visits in the
     order of seed ``seed + r``); ``best_restart``: the index of the one returned (the first
-    of the best); ``restart_seconds``: each restart's time.
+    of the best); ``restart_seconds``: each restart's time. ``start``: ``identity``,
+    ``onepass`` or ``given`` (``init_perm``); ``solver``: the assignment solver as it ran here
+    (:func:`lmc.perm.lap.resolve_solver`: ``auto`` only where lapx could run, so that its
+    groups of 512 units or more were lapx's; ``scipy`` for ``auto`` without lapx).
     """
 
     objective_before: float
@@ -267,6 +274,8 @@ class WeightMatchingResult(MatchResult):
     restart_objectives: tuple[float, ...] = ()
     best_restart: int = 0
     restart_seconds: tuple[float, ...] = ()
+    start: str = "identity"
+    solver: str = "scipy"
 
 
 INITS = ("identity", "onepass")
@@ -283,16 +292,17 @@ def weight_matching(
     quiet: bool = True,
     *,
     restarts: int = 1,
-    init: str = "identity",
-    solver: str = "scipy",
+    init: str | None = None,
+    solver: str = "auto",
 ) -> WeightMatchingResult:
     """The permutation of B's units that best matches A's weights (returned for B).
 
     Coordinate descent on Σ ⟨θ_A, π(θ_B)⟩ over every tensor of the spec with a permuted axis
     (see the module docstring). ``seed`` fixes the random visiting order of each pass. The
-    start: ``init_perm`` (a permutation, e.g. activation matching's ``perm``), else
-    ``init="identity"`` or ``init="onepass"`` (:func:`one_pass_matching`'s answer: one more
-    product and assignment per group). A step is taken when its assignment raises the
+    start: ``init_perm`` (a permutation, e.g. activation matching's ``perm``), else ``init``:
+    ``"onepass"`` (the default when ``init`` is ``None``: :func:`one_pass_matching`'s answer,
+    one more assignment per group, whose products the descent reuses) or ``"identity"`` (Git
+    Re-Basin's start; the committed recipes name it). A step is taken when its assignment raises the
     objective (by more than 1e-12 of its group's part, so float noise never moves units).
     Progress is judged on the whole objective with the relative tolerance ``tol``: the
     descent stops after the first pass that raises it by no more than ``tol`` × |objective|
@@ -304,9 +314,12 @@ def weight_matching(
     ``restarts=K`` runs the descent K times from the same start with the visiting orders of
     seeds ``seed, seed + 1, ..., seed + K − 1`` and keeps the highest objective: K times the
     time of one run (restart 0 is exactly the single run, so K restarts never end lower).
-    ``solver``: ``scipy`` (default) or ``sparse`` (the certified warm-started solver of
-    :mod:`lmc.perm.lap` for groups of 1024 units or more, SciPy's below; measured slower on
-    the benchmark's MLPs); both give exact optima.
+    ``solver``: ``auto`` (default: ``lapx`` for groups of 512 units or more where it is
+    installed and checked, else ``scipy``), ``scipy``, ``lapx`` or ``sparse`` (the certified
+    warm-started solver of :mod:`lmc.perm.lap` for groups of 1024 units or more, SciPy's
+    below; measured slower);
+    all give exact optima, and may break exact ties differently (:mod:`lmc.perm.lap`). The
+    one-pass start uses the same solver. Head groups' assignments are always SciPy's.
 
     Returns a :class:`WeightMatchingResult`: ``result.perm`` (group -> int64 CPU tensor) is
     such that ``apply_permutation(spec, result.perm, state_b)`` has B's units in A's order;
@@ -316,12 +329,12 @@ def weight_matching(
     restarts = check_int("restarts", restarts, minimum=1)
     if not tol >= 0:
         raise LmcError(f"tol must be a non-negative number, got {tol}")
-    if init not in INITS:
+    if init is not None and init not in INITS:
         raise LmcError(f"init must be one of {', '.join(INITS)}, got {init!r}")
-    if solver not in SOLVERS:
-        raise LmcError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
-    if init_perm is not None and init != "identity":
+    if init_perm is not None and init == "onepass":
         raise LmcError(f"give either init_perm or init={init!r}, not both")
+    solver = resolve_solver(solver)
+    start_name = "given" if init_perm is not None else (init or "onepass")
     check_same_architecture(state_a, state_b, purpose="weight matching")
     check_finite("model A's weights", state_a)
     check_finite("model B's weights", state_b)
@@ -330,8 +343,8 @@ def weight_matching(
     objective_before = matching_objective(spec, state_a, state_b)
     reuse: SimilarityMatrices | None = None  # the one-pass products, for restart 0
     solved: set[str] = set()  # groups whose one-pass assignment already saw their whole S_g
-    if init == "onepass":
-        init_perm, _, reuse, solved = _one_pass(spec, state_a, state_b)
+    if start_name == "onepass":
+        init_perm, _, reuse, solved = _one_pass(spec, state_a, state_b, solver)
     start = {
         g: p.clone().long().cpu() for g, p in (init_perm or identity_permutation(spec)).items()
     }
@@ -368,6 +381,8 @@ def weight_matching(
                 passes=passes,
                 assignments=assignments,
                 converged=converged,
+                start=start_name,
+                solver=solver,
             )
         )
         seconds.append(time.perf_counter() - t0)
@@ -478,6 +493,8 @@ def one_pass_matching(
     spec: PermutationSpec,
     state_a: Mapping[str, torch.Tensor],
     state_b: Mapping[str, torch.Tensor],
+    *,
+    solver: str = "auto",
 ) -> WeightMatchingResult:
     """Git Re-Basin's greedy baseline (App. A.7): match layer by layer in one pass.
 
@@ -492,11 +509,13 @@ def one_pass_matching(
     head group is one step with the groups nested in it, as in :func:`weight_matching`. Cost: one
     product and one assignment per group. The result has the type of :func:`weight_matching`'s
     (``passes = 1``; ``objective_after`` on the full objective, so the two compare directly).
+    ``solver``: as in :func:`weight_matching`.
     """
     check_same_architecture(state_a, state_b, purpose="weight matching")
     check_finite("model A's weights", state_a)
     check_finite("model B's weights", state_b)
-    perm, assignments, _, _ = _one_pass(spec, state_a, state_b)
+    solver = resolve_solver(solver)
+    perm, assignments, _, _ = _one_pass(spec, state_a, state_b, solver)
     objective_before = matching_objective(spec, state_a, state_b)
     after = matching_objective(spec, state_a, state_b, perm)
     return WeightMatchingResult(
@@ -508,6 +527,7 @@ def one_pass_matching(
         passes=1,
         assignments=assignments,
         converged=True,
+        solver=solver,
     )
 
 
@@ -515,6 +535,7 @@ def _one_pass(
     spec: PermutationSpec,
     state_a: Mapping[str, torch.Tensor],
     state_b: Mapping[str, torch.Tensor],
+    solver: str,
 ) -> tuple[dict[str, torch.Tensor], int, SimilarityMatrices, set[str]]:
     """:func:`one_pass_matching`'s permutation and assignment count, with the similarity
     matrices it built (each ``S_g`` holds the terms the pass scored; a descent from this answer
@@ -540,7 +561,7 @@ def _one_pass(
             head, flats, _ = nested_assignment(head_s, inner, sizes[g])
             chosen = dict(zip([g, *nested[g]], [head, *flats]))
         else:
-            chosen = {g: solve_assignment(sim.matrix(g)).perm}
+            chosen = {g: solve_assignment(sim.matrix(g), solver=solver, min_size=_SPARSE_MIN).perm}
         assignments += 1
         if all(t.built for m in members for t in sim.terms[m]):
             complete.add(g)

@@ -73,6 +73,7 @@ HANDLERS: dict[Key, Handler] = _table(
     (CONV_FUNCTIONS, layers.conv_function),
     (MATMULS, layers.matmul),
     (("layer_norm",), layers.layer_norm_function),
+    (("rms_norm",), layers.rms_norm_function),
     (("batch_norm",), layers.batch_norm_function),
     (POINTWISE, flow.pointwise_op),
     (DATA_FIRST_ONLY, flow.data_first),

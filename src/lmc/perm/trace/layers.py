@@ -325,6 +325,16 @@ def layer_norm_function(st: TraceState, node: fx.Node) -> None:
     layer_norm(st, node, node.args[0], k, [n for n in names if n is not None])
 
 
+def rms_norm_function(st: TraceState, node: fx.Node) -> None:
+    """``F.rms_norm(x, normalized_shape, weight, eps)`` with a state weight (or none)."""
+    shape = st.arg(node, 1, "normalized_shape")
+    k = 1 if isinstance(shape, int) else len(shape)
+    names = _leaves(st, node, (2, "weight"))
+    if names is None:
+        return st.unknown(node, "normalises with a computed weight")
+    layer_norm(st, node, node.args[0], k, [n for n in names if n is not None])
+
+
 def prelu_module(st: TraceState, node: fx.Node) -> None:
     """``nn.PReLU``: one slope (order-free, fixed) or one per channel of dim 1."""
     mod = st.module(node)

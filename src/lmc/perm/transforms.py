@@ -1,0 +1,515 @@
+"""Symmetry transforms of one group of units: permutation, orthogonal, invertible.
+
+A transform ``T`` of a group of ``n`` units is an invertible ``n x n`` matrix ``M``; applying
+it maps the units' coordinates ``u -> M u``. The convention extends :mod:`lmc.perm.ops`'s:
+a :class:`Permutation` ``p`` is ``M[i, p[i]] = 1`` (new unit ``i`` = old unit ``p[i]``).
+
+Kinds, each a special case of the next (``KINDS``):
+
+- ``permutation`` -- :class:`Permutation`, an int64 index tensor (what ``lmc.perm`` matching
+  returns per group);
+- ``orthogonal`` -- :class:`Orthogonal`, ``Mᵀ M = I``;
+- ``invertible`` -- :class:`Invertible`, any well-conditioned invertible ``M``.
+
+Orthogonal and invertible maps are *head-structured*: ``H`` heads of ``d = n / H`` units,
+``head`` (a permutation of the heads: new head ``a`` is old head ``head[a]``) and ``blocks``
+``(H, d, d)`` (float64): ``new[a] = blocks[a] @ old[head[a]]``, i.e. ``M`` has block
+``(a, head[a])`` equal to ``blocks[a]``. ``H = 1`` is a dense map (the residual stream);
+``H > 1`` a map within each head that may also reorder whole heads (q/k, v/o).
+
+How one axis of a tensor transforms depends on its *role* (see :mod:`lmc.perm.symmetry`):
+
+- ``out`` (covariant): the axis holds coordinates of the units -- a layer's output rows, its
+  bias, an embedding's features, the q side of q/k: ``x -> M x``;
+- ``in`` (contravariant): the axis pairs with the units -- a layer's input columns, the k side
+  of q/k: ``x -> M⁻ᵀ x`` (so ``W -> W M⁻¹`` for a weight ``W`` that reads the units);
+- ``norm``: an elementwise parameter (a norm's gain): only a permutation may act on it.
+
+For permutations and orthogonal maps ``M⁻ᵀ = M``, so ``out`` and ``in`` act alike. Applying
+the transform to every axis of a group, each by its role, keeps a network's function whenever
+``M`` is in the group's symmetry (e.g. any orthogonal ``M`` on a canonical transformer's
+stream; any invertible ``A`` on q/k within heads: ``qᵀk = (A q)ᵀ (A⁻ᵀ k)``).
+
+Composition: ``first.then(second)`` (also :func:`compose`) applies ``first`` then ``second``;
+its matrix is ``M_second M_first``; a permutation composed with a head-structured map is taken
+as the orthogonal map with 0/1 blocks of the same heads. ``inverse()`` undoes a transform.
+Each kind has a seeded ``random(...)`` and saves to / loads from a safetensors file (tensors
+plus a JSON description in its metadata; nothing is pickled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from lmc.config import LmcError
+
+from .heads import compose_heads, split_heads
+
+KINDS = ("permutation", "orthogonal", "invertible")
+ROLES = ("out", "in", "norm")
+ORTHOGONAL_TOL = 1e-6  # max |MᵀM - I| entry accepted as orthogonal (float64 blocks)
+MAX_CONDITION = 1e8  # condition number above which a block is refused as not invertible
+METADATA_KEY = "lmc.transform"
+
+
+def kind_rank(kind: str) -> int:
+    """0 for permutation, 1 for orthogonal, 2 for invertible (the generality order)."""
+    if kind not in KINDS:
+        raise LmcError(f"unknown transform kind {kind!r}: choose one of {', '.join(KINDS)}")
+    return KINDS.index(kind)
+
+
+def _generator(seed: int | torch.Generator) -> torch.Generator:
+    if isinstance(seed, torch.Generator):
+        return seed
+    return torch.Generator().manual_seed(int(seed))
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise LmcError(f"unknown axis role {role!r}: choose one of {', '.join(ROLES)}")
+
+
+def _check_perm(p: torch.Tensor, what: str) -> torch.Tensor:
+    p = torch.as_tensor(p)
+    if p.dim() != 1 or p.is_floating_point() or p.is_complex():
+        raise LmcError(f"{what} must be a 1-D integer index tensor, got shape {list(p.shape)}")
+    p = p.detach().long().cpu()
+    if not torch.equal(torch.sort(p).values, torch.arange(p.numel())):
+        raise LmcError(f"{what} is not a permutation of 0..{p.numel() - 1}")
+    return p
+
+
+class Transform(ABC):
+    """One group's transform (see the module docstring). Immutable; tensors live on the CPU."""
+
+    kind: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Number of units ``n``."""
+
+    @property
+    @abstractmethod
+    def heads(self) -> int:
+        """Number of heads ``H`` the map is block-structured by (1: unstructured / dense)."""
+
+    @abstractmethod
+    def matrix(self) -> torch.Tensor:
+        """The dense ``(n, n)`` float64 matrix ``M`` (``u -> M u``)."""
+
+    @abstractmethod
+    def act(self, x: torch.Tensor, axis: int, role: str = "out", repeat: int = 1) -> torch.Tensor:
+        """``x`` with its ``axis`` (``n * repeat`` long; each unit owns ``repeat`` consecutive
+        indices) transformed by its ``role``; returned in ``x``'s dtype and device."""
+
+    @abstractmethod
+    def inverse(self) -> Transform:
+        """The transform ``T⁻¹`` (``T.then(T.inverse())`` is the identity)."""
+
+    @abstractmethod
+    def then(self, second: Transform) -> Transform:
+        """This transform followed by ``second`` (matrix ``M_second M_self``)."""
+
+    @abstractmethod
+    def to_tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors that define the transform (names without any group prefix)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON description saved beside the tensors: kind, size, heads."""
+        return {"kind": self.kind, "size": self.size, "heads": self.heads}
+
+    @staticmethod
+    def from_parts(meta: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> Transform:
+        """Rebuild a transform from :meth:`to_json` and :meth:`to_tensors` (checked)."""
+        kind = meta.get("kind")
+        try:
+            if kind == "permutation":
+                out: Transform = Permutation(tensors["perm"])
+            elif kind in ("orthogonal", "invertible"):
+                cls = Orthogonal if kind == "orthogonal" else Invertible
+                out = cls(tensors["head"], tensors["blocks"])
+            else:
+                raise LmcError(f"unknown transform kind {kind!r} in a saved transform")
+        except KeyError as exc:
+            raise LmcError(f"a saved {kind} transform lacks its tensor {exc.args[0]!r}") from exc
+        if "size" in meta and int(meta["size"]) != out.size:
+            raise LmcError(f"a saved {kind} transform says size {meta['size']}, holds {out.size}")
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the transform to a ``.safetensors`` file (JSON description in its metadata)."""
+        from lmc.store import save_tensors
+
+        save_tensors(path, self.to_tensors(), metadata={METADATA_KEY: json.dumps(self.to_json())})
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> Transform:
+        """Read a transform written by :meth:`save`."""
+        tensors, meta = read_tensor_file(path, METADATA_KEY)
+        if meta is None:
+            raise LmcError(f"{path} holds no lmc transform (no {METADATA_KEY!r} metadata)")
+        return Transform.from_parts(meta, tensors)
+
+    def is_identity(self) -> bool:
+        return bool(torch.equal(self.matrix(), torch.eye(self.size, dtype=torch.float64)))
+
+
+def read_tensor_file(
+    path: str | os.PathLike, key: str
+) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """A safetensors file's tensors and the JSON stored under metadata ``key`` (or ``None``)."""
+    from safetensors import SafetensorError, safe_open
+
+    from lmc.store import load_tensors
+
+    tensors = load_tensors(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except (SafetensorError, OSError) as exc:
+        raise LmcError(f"{path} is not a readable safetensors file ({exc})") from exc
+    if key not in metadata:
+        return tensors, None
+    try:
+        return tensors, json.loads(metadata[key])
+    except json.JSONDecodeError as exc:
+        raise LmcError(f"{path}: the {key!r} metadata is not valid JSON ({exc})") from exc
+
+
+# ---- permutations -----------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Permutation(Transform):
+    """A permutation as ``lmc.perm``'s index tensor: new unit ``i`` = old unit ``perm[i]``."""
+
+    perm: torch.Tensor
+    kind: ClassVar[str] = "permutation"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "perm", _check_perm(self.perm, "a permutation"))
+
+    @property
+    def size(self) -> int:
+        return self.perm.numel()
+
+    @property
+    def heads(self) -> int:
+        return 1
+
+    @classmethod
+    def identity(cls, n: int) -> Permutation:
+        return cls(torch.arange(n))
+
+    @classmethod
+    def random(
+        cls,
+        n: int,
+        seed: int | torch.Generator,
+        heads: int = 1,
+        head: torch.Tensor | None = None,
+    ) -> Permutation:
+        """A uniformly random permutation; with ``heads > 1`` a block-structured one (whole
+        heads move by ``head``, or a random head permutation, and each head's dims permute)."""
+        gen = _generator(seed)
+        if heads == 1:
+            return cls(torch.randperm(n, generator=gen))
+        d = _head_dim(n, heads)
+        head = torch.randperm(heads, generator=gen) if head is None else _check_perm(head, "head")
+        within = torch.stack([torch.randperm(d, generator=gen) for _ in range(heads)])
+        return cls(compose_heads(head, within))
+
+    def matrix(self) -> torch.Tensor:
+        n = self.size
+        m = torch.zeros(n, n, dtype=torch.float64)
+        m[torch.arange(n), self.perm] = 1.0
+        return m
+
+    def index(self, repeat: int = 1) -> torch.Tensor:
+        """The gather index of an axis ``n * repeat`` long."""
+        if repeat == 1:
+            return self.perm
+        return (self.perm[:, None] * repeat + torch.arange(repeat)[None, :]).reshape(-1)
+
+    def act(self, x: torch.Tensor, axis: int, role: str = "out", repeat: int = 1) -> torch.Tensor:
+        _check_role(role)
+        _check_axis(x, axis, self.size * repeat)
+        return x.index_select(axis, self.index(repeat).to(x.device))
+
+    def inverse(self) -> Permutation:
+        inv = torch.empty_like(self.perm)
+        inv[self.perm] = torch.arange(self.size)
+        return Permutation(inv)
+
+    def then(self, second: Transform) -> Transform:
+        _same_size(self, second)
+        if isinstance(second, Permutation):
+            return Permutation(self.perm[second.perm])
+        return self.as_orthogonal(self._heads_like(second.heads)).then(second)
+
+    def _heads_like(self, heads: int) -> int:
+        """``heads`` when this permutation moves whole heads of that many, else 1 (dense)."""
+        return heads if heads > 1 and split_heads(self.perm, heads) is not None else 1
+
+    def as_orthogonal(self, heads: int = 1) -> Orthogonal:
+        """The same map as an :class:`Orthogonal` with 0/1 blocks over ``heads`` heads
+        (``LmcError`` unless the permutation moves whole heads)."""
+        parts = split_heads(self.perm, heads) if heads > 1 else (torch.zeros(1).long(), None)
+        if parts is None:
+            raise LmcError(
+                f"this permutation does not move whole heads of {self.size // heads} units: "
+                f"it cannot be combined with a map within {heads} heads"
+            )
+        head, within = parts
+        d = self.size // heads
+        within = self.perm.reshape(1, -1) if within is None else within
+        blocks = torch.eye(d, dtype=torch.float64)[within]  # block a: row i = e_{within[a, i]}
+        return Orthogonal(head, blocks)
+
+    def to_tensors(self) -> dict[str, torch.Tensor]:
+        return {"perm": self.perm}
+
+
+# ---- head-structured linear maps --------------------------------------------------------------
+def _head_dim(n: int, heads: int) -> int:
+    if heads < 1 or n % heads:
+        raise LmcError(f"{n} units cannot be cut into {heads} heads")
+    return n // heads
+
+
+def _check_axis(x: torch.Tensor, axis: int, length: int) -> None:
+    if not -x.dim() <= axis < x.dim() or x.shape[axis] != length:
+        raise LmcError(
+            f"cannot transform axis {axis} of a tensor of shape {list(x.shape)}: it must have "
+            f"{length} entries"
+        )
+
+
+def _same_size(first: Transform, second: Transform) -> None:
+    if not isinstance(second, Transform):
+        raise LmcError(f"can only compose a transform with a transform, got {type(second)}")
+    if first.size != second.size:
+        raise LmcError(f"cannot compose transforms of {first.size} and {second.size} units")
+
+
+def haar_orthogonal(d: int, gen: torch.Generator, count: int = 1) -> torch.Tensor:
+    """``count`` Haar-random ``d x d`` orthogonal matrices (float64, QR of a Gaussian with the
+    signs of R's diagonal moved into Q)."""
+    g = torch.randn(count, d, d, generator=gen, dtype=torch.float64)
+    q, r = torch.linalg.qr(g)
+    return q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
+
+
+class _LinearMap(Transform):
+    """A head-structured linear map: ``new[a] = blocks[a] @ old[head[a]]`` (see above)."""
+
+    def __init__(self, head: torch.Tensor, blocks: torch.Tensor) -> None:
+        blocks = torch.as_tensor(blocks)
+        if blocks.dim() != 3 or blocks.shape[1] != blocks.shape[2] or not blocks.shape[0]:
+            raise LmcError(f"blocks must have shape (heads, d, d), got {list(blocks.shape)}")
+        head = _check_perm(head, "the head permutation")
+        if head.numel() != blocks.shape[0]:
+            raise LmcError(f"{head.numel()} head indices for {blocks.shape[0]} blocks")
+        blocks = blocks.detach().to("cpu", torch.float64).clone().contiguous()
+        if not torch.isfinite(blocks).all():
+            raise LmcError(f"a {self.kind} transform must have finite entries")
+        self._head, self._blocks = head, blocks
+        self._validate()
+
+    @abstractmethod
+    def _validate(self) -> None: ...
+
+    @abstractmethod
+    def _block_inverse(self) -> torch.Tensor: ...
+
+    @property
+    def head(self) -> torch.Tensor:
+        return self._head
+
+    @property
+    def blocks(self) -> torch.Tensor:
+        return self._blocks
+
+    @property
+    def size(self) -> int:
+        return self._blocks.shape[0] * self._blocks.shape[1]
+
+    @property
+    def heads(self) -> int:
+        return self._blocks.shape[0]
+
+    def matrix(self) -> torch.Tensor:
+        h, d = self.heads, self._blocks.shape[1]
+        m = torch.zeros(self.size, self.size, dtype=torch.float64)
+        for a in range(h):
+            b = int(self._head[a])
+            m[a * d : (a + 1) * d, b * d : (b + 1) * d] = self._blocks[a]
+        return m
+
+    def dual_blocks(self) -> torch.Tensor:
+        """The blocks of ``M⁻ᵀ`` (same heads): how an ``in`` axis transforms."""
+        return self._block_inverse().transpose(1, 2)
+
+    def act(self, x: torch.Tensor, axis: int, role: str = "out", repeat: int = 1) -> torch.Tensor:
+        _check_role(role)
+        if role == "norm":
+            raise LmcError(
+                f"an elementwise (norm) parameter admits permutations only, not a {self.kind} "
+                "map: canonicalise the transformer first (lmc.perm.canonical)"
+            )
+        _check_axis(x, axis, self.size * repeat)
+        blocks = self._blocks if role == "out" else self.dual_blocks()
+        h, d = self.heads, self._blocks.shape[1]
+        moved = x.detach().to(torch.float64).movedim(axis, -1)
+        lead = moved.shape[:-1]
+        parts = moved.reshape(*lead, h, d, repeat)[..., self._head.to(x.device), :, :]
+        y = torch.einsum("hij,...hjr->...hir", blocks.to(x.device), parts)
+        return y.reshape(*lead, self.size * repeat).movedim(-1, axis).to(x.dtype)
+
+    def inverse(self) -> Transform:
+        inv_head = torch.empty_like(self._head)
+        inv_head[self._head] = torch.arange(self.heads)
+        return type(self)(inv_head, self._block_inverse()[inv_head])
+
+    def then(self, second: Transform) -> Transform:
+        _same_size(self, second)
+        if isinstance(second, Permutation):
+            second = second.as_orthogonal(second._heads_like(self.heads))
+        first: _LinearMap = self
+        if second.heads != self.heads:  # different head structures: compose as dense maps
+            first, second = self.dense(), second.dense()
+        head = first.head[second.head]
+        blocks = second.blocks @ first.blocks[second.head]
+        cls = Orthogonal if self.kind == second.kind == "orthogonal" else Invertible
+        return cls(head, blocks)
+
+    def dense(self) -> _LinearMap:
+        """The same map with one block (``heads = 1``)."""
+        return type(self)(torch.zeros(1).long(), self.matrix()[None])
+
+    def to_tensors(self) -> dict[str, torch.Tensor]:
+        return {"head": self._head, "blocks": self._blocks}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(size={self.size}, heads={self.heads})"
+
+
+class Orthogonal(_LinearMap):
+    """An orthogonal map, dense (``heads=1``) or within heads (see the module docstring)."""
+
+    kind: ClassVar[str] = "orthogonal"
+
+    def _validate(self) -> None:
+        d = self._blocks.shape[1]
+        err = self._blocks.transpose(1, 2) @ self._blocks - torch.eye(d, dtype=torch.float64)
+        if float(err.abs().max()) > ORTHOGONAL_TOL:
+            raise LmcError(
+                f"the blocks are not orthogonal (max |BᵀB - I| = {float(err.abs().max()):.2e}); "
+                "use an Invertible transform for general maps"
+            )
+
+    def _block_inverse(self) -> torch.Tensor:
+        return self._blocks.transpose(1, 2)
+
+    def dual_blocks(self) -> torch.Tensor:
+        return self._blocks
+
+    @classmethod
+    def identity(cls, n: int, heads: int = 1) -> Orthogonal:
+        d = _head_dim(n, heads)
+        return cls(torch.arange(heads), torch.eye(d, dtype=torch.float64).expand(heads, d, d))
+
+    @classmethod
+    def random(
+        cls,
+        n: int,
+        seed: int | torch.Generator,
+        heads: int = 1,
+        head: torch.Tensor | None = None,
+    ) -> Orthogonal:
+        """Haar-random blocks; the heads reordered by ``head`` (default: a random order)."""
+        gen = _generator(seed)
+        d = _head_dim(n, heads)
+        if head is None:
+            head = torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
+        return cls(head, haar_orthogonal(d, gen, heads))
+
+
+class Invertible(_LinearMap):
+    """An invertible map, dense or within heads; blocks with condition number above
+    ``MAX_CONDITION`` are refused (they would lose the function to rounding)."""
+
+    kind: ClassVar[str] = "invertible"
+
+    def _validate(self) -> None:
+        cond = torch.linalg.cond(self._blocks)
+        if not torch.isfinite(cond).all() or float(cond.max()) > MAX_CONDITION:
+            raise LmcError(
+                f"the blocks are singular or nearly so (condition number {float(cond.max()):.2e}"
+                f" > {MAX_CONDITION:.0e})"
+            )
+
+    def _block_inverse(self) -> torch.Tensor:
+        return torch.linalg.inv(self._blocks)
+
+    @classmethod
+    def random(
+        cls,
+        n: int,
+        seed: int | torch.Generator,
+        heads: int = 1,
+        head: torch.Tensor | None = None,
+        spread: float = 2.0,
+    ) -> Invertible:
+        """Blocks ``U diag(s) V`` with Haar ``U, V`` and ``log s`` uniform in
+        ``[-log spread, log spread]`` (condition number at most ``spread²``)."""
+        if spread < 1:
+            raise LmcError(f"spread must be >= 1, got {spread}")
+        gen = _generator(seed)
+        d = _head_dim(n, heads)
+        if head is None:
+            head = torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
+        u, v = haar_orthogonal(d, gen, heads), haar_orthogonal(d, gen, heads)
+        log_s = (torch.rand(heads, d, generator=gen, dtype=torch.float64) * 2 - 1) * float(
+            torch.log(torch.tensor(spread, dtype=torch.float64))
+        )
+        return cls(head, u @ torch.diag_embed(log_s.exp()) @ v)
+
+
+def compose(first: Transform, second: Transform) -> Transform:
+    """``first`` followed by ``second`` (see :meth:`Transform.then`)."""
+    return first.then(second)
+
+
+def random_transform(
+    kind: str,
+    n: int,
+    seed: int | torch.Generator,
+    heads: int = 1,
+    head: torch.Tensor | None = None,
+) -> Transform:
+    """A random element of ``kind`` over ``n`` units (``heads``: block structure)."""
+    kind_rank(kind)
+    cls = {"permutation": Permutation, "orthogonal": Orthogonal, "invertible": Invertible}[kind]
+    return cls.random(n, seed, heads=heads, head=head)
+
+
+__all__ = [
+    "KINDS",
+    "ROLES",
+    "Invertible",
+    "Orthogonal",
+    "Permutation",
+    "Transform",
+    "compose",
+    "haar_orthogonal",
+    "kind_rank",
+    "random_transform",
+]
