@@ -1,12 +1,17 @@
-"""Barrier formulas on hand-made curves (values computed by hand in the comments)."""
+"""Barrier formulas on hand-made curves (values computed by hand in the comments), and the one
+barrier schema (``BARRIERS``) against ``barriers()`` and docs/science.md."""
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
 from lmc.config import LmcError
 from lmc.metrics import (
+    BARRIER_BY_KEY,
     BARRIER_KEYS,
+    BARRIERS,
     accuracy_barrier,
     barriers,
     calibrated_loss_barrier,
@@ -89,3 +94,52 @@ def test_barriers_of_a_result_dict():
     assert out["calibrated_midpoint_loss_barrier"] == pytest.approx(0.1)
     assert out["heldout_midpoint_loss_barrier"] == pytest.approx(1.2)
     assert not any(isinstance(v, float) and math.isnan(v) for v in out.values())
+
+
+# --------------------------------------------------------------------------- the schema
+CURVES = {
+    "lambdas": LAM,
+    "loss": [1.0, 2.5, 2.0, 1.4, 0.6],
+    "accuracy": [0.9, 0.6, 0.7, 0.8, 0.8],
+    "calibrated_loss": [0.3, 0.5, 0.35, 0.3, 0.2],
+    "heldout_loss": [1.1, 2.4, 2.2, 1.5, 0.7],
+}
+
+
+def test_barriers_returns_exactly_the_schema_in_order():
+    out = barriers(CURVES)
+    assert list(out) == list(BARRIER_KEYS) == [b.key for b in BARRIERS]
+    assert len(set(BARRIER_KEYS)) == len(BARRIER_KEYS) == 11
+    assert set(BARRIER_BY_KEY) == set(BARRIER_KEYS)
+    for b in BARRIERS:
+        assert b.curve in ("loss", "accuracy", "calibrated_loss", "heldout_loss")
+        assert b.meaning  # every key says what it is
+        assert out[b.key] == b.function(LAM, CURVES[b.curve])
+
+
+def test_schema_entries_compute_what_the_functions_compute():
+    # mean_minus_min_accuracy: 0.5 * (0.9 + 0.8) - 0.6 = 0.25; heldout midpoint: 2.2 - 0.9 = 1.3
+    out = barriers(CURVES)
+    assert out["mean_minus_min_accuracy"] == pytest.approx(0.25)
+    assert out["heldout_midpoint_loss_barrier"] == pytest.approx(1.3)
+    assert out["heldout_loss_barrier"] == loss_barrier(LAM, CURVES["heldout_loss"])
+    assert out["calibrated_loss_barrier"] == loss_barrier(LAM, CURVES["calibrated_loss"])
+
+
+def test_uncalibrated_path_leaves_calibrated_and_heldout_barriers_none():
+    out = barriers({k: CURVES[k] for k in ("lambdas", "loss", "accuracy")})
+    for b in BARRIERS:
+        assert (out[b.key] is None) == (b.curve in ("calibrated_loss", "heldout_loss"))
+
+
+def test_a_path_without_its_losses_is_a_clear_error():
+    with pytest.raises(LmcError, match="'accuracy'"):
+        barriers({"lambdas": LAM, "loss": CURVES["loss"]})
+
+
+def test_docs_barrier_table_lists_the_schema_in_order():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "science.md").read_text()
+    section = doc[doc.index("## Barriers") :]
+    section = section[: section.index("\n#")]
+    keys = re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.MULTILINE)
+    assert keys == list(BARRIER_KEYS)

@@ -11,6 +11,7 @@ from lmc.metrics import (
     AUTO_MIN_CALIBRATION,
     BETA_MAX,
     at_bound,
+    calibration_split,
     cross_entropy_at,
     crossfit_folds,
     fit_inverse_temperature,
@@ -169,3 +170,60 @@ def test_auto_cross_fits_small_splits_only(n, fraction, want):
     assert resolve_calibration("crossfit", n, fraction) == "crossfit"
     with pytest.raises(LmcError, match="unknown calibration"):
         resolve_calibration("kfold", n)
+
+
+# -- the next-token task: one beta over every position, subsets of whole windows -------------
+def _windows(n=30, t=5, c=6, seed=0):
+    """Float64 logits (n, t, c) and targets (n, t) drawn from softmax(2 * logits)."""
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, t, c, generator=gen, dtype=torch.float64)
+    y = torch.multinomial(torch.softmax(2 * z.reshape(-1, c), 1), 1, generator=gen).view(n, t)
+    return z, y
+
+
+def test_one_beta_over_every_position():
+    z, y = _windows()
+    beta = fit_inverse_temperature(z, y, task="next-token")
+    assert beta == fit_inverse_temperature(z.reshape(-1, 6), y.reshape(-1))
+    assert cross_entropy_at(z, y, beta, task="next-token") == cross_entropy_at(
+        z.reshape(-1, 6), y.reshape(-1), beta
+    )
+    with pytest.raises(LmcError, match=r"labels must have shape \(N, T\)"):
+        fit_inverse_temperature(z, y[:, 0], task="next-token")
+    with pytest.raises(LmcError, match=r"logits must have shape \(N, T, C\)"):
+        cross_entropy_at(z[:, :4], y, task="next-token")
+
+
+@pytest.mark.parametrize("scale", [3.0, 0.25])
+def test_logits_scaled_down_recover_the_scale(scale):
+    """Logits at their optimal temperature (beta = 1) divided by ``scale``: the fit is
+    ``scale`` (beta changes the logits only through beta * logits)."""
+    z, y = _windows(seed=1)
+    calibrated = z * fit_inverse_temperature(z, y, task="next-token")  # optimum now at beta = 1
+    assert fit_inverse_temperature(calibrated, y, task="next-token") == pytest.approx(1, rel=1e-6)
+    beta = fit_inverse_temperature(calibrated / scale, y, task="next-token")
+    assert beta == pytest.approx(scale, rel=1e-6)
+
+
+def test_path_calibration_subsets_and_folds_are_whole_windows():
+    z, y = _windows(n=23, t=4)
+    n, t = y.shape
+    split = LambdaMetrics(y, True, seed=5, fraction=0.2, method="split", task="next-token")
+    cal, held = calibration_split(n, 5, 0.2)
+    offsets = torch.arange(t)
+    assert torch.equal(split.cal.view(-1, t), cal.view(-1, 1) * t + offsets)
+    assert torch.equal(split.held.view(-1, t), held.view(-1, 1) * t + offsets)
+    assert split.description()["num_calibration"] == len(cal)
+    assert split.description()["num_heldout"] == len(held) == n - len(cal)
+    cross = LambdaMetrics(y, True, seed=5, fraction=0.2, method="crossfit", folds=3,
+                          task="next-token")  # fmt: skip
+    fold_of = cross.fold_of.view(n, t)
+    assert torch.equal(fold_of, fold_of[:, :1].expand(n, t))  # one fold per window
+    for k, fold in enumerate(crossfit_folds(n, 5, 3)):
+        assert (fold_of[fold] == k).all()
+    # the numbers: one beta over the calibration windows' positions, scored on the rest
+    (row,) = split([0.0], z[None], z, z)
+    beta = fit_inverse_temperature(z[cal], y[cal], task="next-token")
+    assert row["inverse_temperature"] == pytest.approx(beta, rel=1e-12)
+    want = cross_entropy_at(z[held], y[held], beta, task="next-token")
+    assert row["calibrated_loss"] == pytest.approx(want, rel=1e-12)

@@ -11,6 +11,7 @@ import torch
 from lmc.config import LmcError
 from lmc.metrics import (
     ReliabilityCurve,
+    classification_metrics,
     draw_reliability_diagram,
     expected_calibration_error,
     reliability_curve,
@@ -111,3 +112,24 @@ def test_reliability_diagram_draws_into_given_axes():
     assert "ECE = 0.0000" in ax.get_title()
     with pytest.raises(LmcError, match="Axes"):
         draw_reliability_diagram(object(), curve)
+
+
+def test_next_token_ece_is_over_every_position():
+    """(N, T, C) logits of windows: every position is one prediction, in any input form."""
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(9, 4, 5, generator=gen) * 3
+    y = torch.randint(0, 5, (9, 4), generator=gen)
+    flat_z, flat_y = z.reshape(-1, 5), y.reshape(-1)
+    want = reliability_curve(flat_z, flat_y, bins=7, kind="logits")
+    got = reliability_curve(z, y, bins=7, kind="logits", task="next-token")
+    assert got.n == 36 and np.array_equal(got.counts, want.counts)
+    assert got.ece == want.ece > 0
+    probs = torch.softmax(z.double(), dim=-1).numpy()  # a NumPy array of probabilities
+    assert expected_calibration_error(probs, y, 7, task="next-token") == pytest.approx(
+        want.ece, abs=1e-12
+    )
+    metrics = classification_metrics(z, y, 7, task="next-token")
+    assert metrics == classification_metrics(flat_z, flat_y, 7)
+    assert metrics["accuracy"] == (z.argmax(-1) == y).double().mean().item()
+    with pytest.raises(LmcError, match=r"next-token task needs .*\(N, T, C\)"):
+        expected_calibration_error(flat_z, flat_y, task="next-token")

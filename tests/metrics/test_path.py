@@ -283,3 +283,129 @@ def test_auto_calibration_follows_the_split_size(digits, mlp_pair):
     assert big.calibration_folds is None
     plain = evaluate_path(a, b, x, y, 3)
     assert plain.calibration_method is None and plain.calibration_folds is None
+
+
+# -- tasks: next-token prediction on a tiny causal GPT (lmc.data.tasks) ----------------------
+VOCAB, CONTEXT = 11, 7
+#: torch.vmap has no batching rule for CPU attention yet and says so (the numbers are right)
+_VMAP_ATTENTION = pytest.mark.filterwarnings("ignore:There is a performance drop")
+
+
+class _OnePosition(torch.nn.Module):
+    """A classifier seen as a one-position token model: (N, C) logits -> (N, 1, C)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x).unsqueeze(1)
+
+
+@pytest.fixture(scope="module")
+def gpt_windows():
+    """Two tiny GPTs (seeds 0, 1), 40 random windows and targets drawn from softmax(s·(f_A +
+    f_B)): the targets carry signal, so every fitted beta is finite."""
+    models = [
+        lmc.models.build("gpt", seed=s, vocab=VOCAB, context=CONTEXT, width=16, heads=2, depth=1)
+        for s in (0, 1)
+    ]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, VOCAB, (40, CONTEXT), generator=gen)
+    with torch.no_grad():
+        z = models[0](x) + models[1](x)
+    probs = torch.softmax(z.reshape(-1, VOCAB) * (2.0 / z.std()), dim=1)
+    y = torch.multinomial(probs, 1, generator=gen).view(40, CONTEXT)
+    return models[0].eval(), models[1].eval(), x, y
+
+
+def _per_token(z, y):
+    """Mean cross-entropy over every position (nats per token) and the fraction of positions
+    predicted, written out by hand."""
+    ce = torch.nn.functional.cross_entropy(z.reshape(-1, z.shape[-1]).double(), y.reshape(-1))
+    return ce.item(), (z.argmax(-1) == y).double().mean().item()
+
+
+@_VMAP_ATTENTION
+def test_next_token_endpoints_and_ensemble_are_per_token(gpt_windows):
+    a, b, x, y = gpt_windows
+    res = evaluate_path(a, b, x, y, 3, task="next-token")
+    with torch.no_grad():
+        za, zb = a(x), b(x)
+    for i, z in ((0, za), (-1, zb)):
+        loss, acc = _per_token(z, y)
+        assert res.loss[i] == pytest.approx(loss, abs=1e-6)
+        assert res.accuracy[i] == acc
+    loss, acc = _per_token(0.5 * za + 0.5 * zb, y)  # the logit ensemble at every position
+    assert res.ensemble_loss[1] == pytest.approx(loss, abs=1e-6)
+    assert res.ensemble_accuracy[1] == acc
+    norms = torch.linalg.vector_norm(za.double(), dim=-1).mean().item()
+    assert res.logit_norm[0] == pytest.approx(norms, rel=1e-9)
+    assert res.num_examples == 40 and res.method == "batched"
+    with torch.no_grad():  # the interior point is theta(1/2) itself
+        mid = copy.deepcopy(a)
+        mid.load_state_dict(lerp(a.state_dict(), b.state_dict(), 0.5))
+        assert res.loss[1] == pytest.approx(_per_token(mid(x), y)[0], abs=1e-6)
+    loop = evaluate_path(a, b, x, y, 3, task="next-token", method="loop")
+    assert loop.loss == pytest.approx(res.loss, abs=1e-6)
+
+
+@_VMAP_ATTENTION
+@pytest.mark.parametrize("calibration", ["split", "crossfit"])
+def test_next_token_calibration_subsets_are_whole_windows(gpt_windows, calibration):
+    a, b, x, y = gpt_windows
+    kw = dict(calibrate=True, calibration=calibration, calibration_seed=4, calibration_folds=3)
+    res = evaluate_path(a, b, x, y, 3, task="next-token", **kw)
+    with torch.no_grad():
+        za = a(x)
+    task = "next-token"
+    if calibration == "split":  # beta fitted on the calibration windows, scored on the rest
+        cal, held = calibration_split(len(x), 4, 0.2)
+        beta = fit_inverse_temperature(za[cal], y[cal], task=task)
+        loss = cross_entropy_at(za[held], y[held], beta, task=task)
+        assert res.num_calibration == len(cal) and res.num_heldout == len(held)
+        heldout = cross_entropy_at(za[held], y[held], task=task)
+        assert res.heldout_loss[0] == pytest.approx(heldout, rel=1e-9)
+    else:  # each window scored by the beta fitted on the other folds' windows
+        total = 0.0
+        for fold in crossfit_folds(len(x), 4, 3):
+            keep = torch.ones(len(x), dtype=torch.bool)
+            keep[fold] = False
+            fold_beta = fit_inverse_temperature(za[keep], y[keep], task=task)
+            total += cross_entropy_at(za[fold], y[fold], fold_beta, task=task) * len(fold)
+        beta, loss = fit_inverse_temperature(za, y, task=task), total / len(x)
+        assert res.num_heldout == len(x)
+    assert res.inverse_temperature[0] == pytest.approx(beta, rel=1e-6)
+    assert res.calibrated_loss[0] == pytest.approx(loss, rel=1e-6)
+    assert all(math.isfinite(v) for v in res.inverse_temperature + res.calibrated_loss)
+
+
+@pytest.mark.parametrize("calibration", ["split", "crossfit"])
+def test_classification_is_bit_identical_through_a_one_position_token_task(
+    digits, mlp_pair, calibration
+):
+    """The next-token machinery (flattening, window subsets and folds) with T = 1 reproduces
+    the classification path bit for bit, and naming the classification task changes nothing."""
+    _, _, x, y = digits
+    a, b = mlp_pair
+    kw = dict(calibrate=True, calibration=calibration, calibration_seed=1, fast=False)
+    plain = evaluate_path(a, b, x, y, 3, **kw)
+    named = evaluate_path(a, b, x, y, 3, task="classification", **kw)
+    tokens = evaluate_path(_OnePosition(a), _OnePosition(b), x, y[:, None], 3,
+                           task="next-token", **kw)  # fmt: skip
+    assert named.to_dict() == plain.to_dict()
+    for key in FIELDS:
+        got, want = getattr(tokens, key), getattr(plain, key)
+        assert got == want or all(math.isnan(u) and math.isnan(v) for u, v in zip(got, want)), key
+    assert tokens.num_calibration == plain.num_calibration
+
+
+@_VMAP_ATTENTION
+def test_next_token_layout_errors_are_one_line(gpt_windows):
+    a, b, x, y = gpt_windows
+    with pytest.raises(LmcError, match=r"output has shape \(1, 7, 11\).*\(N, C\)"):
+        evaluate_path(a, b, x, y[:, 0], 3)  # a token model under the classification task
+    with pytest.raises(LmcError, match=r"y must have shape \(N, T\)"):
+        evaluate_path(a, b, x, y[:, 0], 3, task="next-token")
+    with pytest.raises(LmcError, match="holds class 11 but the model has 11"):
+        evaluate_path(a, b, x, torch.full_like(y, VOCAB), 3, task="next-token")

@@ -128,3 +128,43 @@ def test_fashion_mnist_width_512_reaches_87_percent(tmp_path):
     config = make_config("fashion-mnist", "mlp", {"width": 512, "depth": 3}, data=data, epochs=10)
     run, _ = train_run(config, store=RunStore(tmp_path), data=data)
     assert run.metrics["final_test_accuracy"] >= 0.87
+
+
+def _token_dataset(n=48, t=6, vocab=7, seed=0):
+    """Windows of a counting sequence: token ids, targets the next token ((x + 1) mod vocab)."""
+    from lmc.data import Dataset
+
+    x = torch.randint(0, vocab, (n, t), generator=torch.Generator().manual_seed(seed))
+    y = (x + 1) % vocab
+    return Dataset("count", x, y, x[: n // 2], y[: n // 2], num_classes=vocab, input_shape=(t,),
+                   mean=(0.0,), std=(1.0,), augment=False, task="next-token")  # fmt: skip
+
+
+def test_next_token_training_reports_per_token_loss_and_accuracy():
+    import copy
+
+    import torch.nn.functional as F
+
+    from lmc.data import NEXT_TOKEN
+    from lmc.train import evaluate
+
+    data = _token_dataset()
+    model = build("gpt", seed=0, vocab=7, context=6, width=16, heads=2, depth=1)
+    before = copy.deepcopy(model).eval()
+    # one step per epoch on the whole split: the running train numbers are those of the
+    # weights before the step, over all 48 * 6 positions
+    settings = TrainSettings(epochs=2, batch_size=48, optimizer="adam", lr=1e-2,
+                             weight_decay=0.0, schedule="constant")  # fmt: skip
+    history = fit(model, data, settings)
+    with torch.no_grad():
+        z = before(data.x_train)
+    per_token = F.cross_entropy(z.reshape(-1, 7), data.y_train.reshape(-1)).item()
+    assert history[0]["train_loss"] == pytest.approx(per_token, rel=1e-6)
+    assert history[0]["train_accuracy"] == NEXT_TOKEN.accuracy(z, data.y_train)
+    with torch.no_grad():
+        z_test = model(data.x_test)
+    test = evaluate(model, data.x_test, data.y_test, task="next-token")
+    assert history[-1]["test_loss"] == pytest.approx(test["loss"], rel=1e-12)
+    assert test["loss"] == pytest.approx(NEXT_TOKEN.loss(z_test, data.y_test).item(), rel=1e-6)
+    assert test["accuracy"] == NEXT_TOKEN.accuracy(z_test, data.y_test)
+    assert history[-1]["train_loss"] < history[0]["train_loss"]  # it learns to count

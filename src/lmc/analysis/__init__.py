@@ -8,6 +8,10 @@ Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: do
   point per λ.
 - ``analyze(...) -> AnalysisResult``: the records plus per-unit second moments and spectra.
 - ``gaussian_relu_cosine(dim, samples, seed)`` and ``GAUSSIAN_RELU_LIMIT``: Theorem 5.4.
+- :mod:`lmc.analysis.retention`: how much of a run's initial weights survives training
+  (``state_retention``, ``pair_retention``, ``run_retention``; W_0 rebuilt by
+  ``initial_state``) and its decay budget Σ_t lr_t·wd (``decay_budget``, ``decay_factor``);
+  ``analyze(..., init_states=(A_0, B_0))`` adds its ``RETENTION_KEYS`` to the records.
 - ``stitch(model_a, model_b, layer)`` and ``stitching_errors(model_a, model_b, data)``:
   stitching without an adapter (LLFC App. B.4), :mod:`lmc.analysis.stitch`.
 """
@@ -15,6 +19,15 @@ Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: do
 from .layers import apply_weight, has_bias
 from .pipeline import RECORD_KEYS, AnalysisResult, analyze, layerwise
 from .probes import derive_probe_points, resolve_probe_points
+from .retention import (
+    RETENTION_KEYS,
+    decay_budget,
+    decay_factor,
+    initial_state,
+    pair_retention,
+    run_retention,
+    state_retention,
+)
 from .spectra import effective_rank, singular_values, stable_rank
 from .stitch import Stitched, num_stitch_layers, stitch, stitch_segments, stitching_errors
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
@@ -23,21 +36,28 @@ from .units import large_unit_overlap, near_zero_fraction
 __all__ = [
     "GAUSSIAN_RELU_LIMIT",
     "RECORD_KEYS",
+    "RETENTION_KEYS",
     "AnalysisResult",
     "Stitched",
     "analyze",
     "apply_weight",
+    "decay_budget",
+    "decay_factor",
     "derive_probe_points",
     "effective_rank",
     "gaussian_relu_cosine",
     "has_bias",
+    "initial_state",
     "large_unit_overlap",
     "layerwise",
     "near_zero_fraction",
+    "pair_retention",
     "num_stitch_layers",
     "resolve_probe_points",
+    "run_retention",
     "singular_values",
     "stable_rank",
+    "state_retention",
     "stitch",
     "stitch_segments",
     "stitching_errors",

@@ -19,6 +19,10 @@ Views of a layer's tensors (see the accumulators' docstring):
   (``activation`` in the record says which). Second moments are of the pre-activation, or of
   the output where there is none (the logits).
 
+With ``init_states`` (the endpoints' initial weights), each point with a weight also gets the
+retention columns of :mod:`lmc.analysis.retention` (docs/science.md, "Initialisation
+retention").
+
 The merge is a plain interpolation of the whole state (BatchNorm running statistics are
 interpolated, not reset); ``merge_fn`` replaces it (e.g. with a BatchNorm reset).
 """
@@ -64,6 +68,7 @@ from .layers import (
     weight_distance,
 )
 from .probes import Capture, Recorder, activation_name, resolve_probe_points
+from .retention import RETENTION_KEYS, SHARED_RANK_RULE, layer_retention
 from .spectra import effective_rank, singular_values, stable_rank
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
 from .units import LARGE_ENERGY, NEAR_ZERO, unit_summary
@@ -106,6 +111,7 @@ RECORD_KEYS = (
     "stable_rank_b",
     "effective_rank_a",
     "effective_rank_b",
+    *RETENTION_KEYS,
     "logit_norm",
     "logit_norm_a",
     "logit_norm_b",
@@ -321,6 +327,7 @@ def analyze(
     large_energy: float = LARGE_ENERGY,
     spectra: bool = True,
     merge_fn: Callable[[StateDict, StateDict, float], StateDict] | None = None,
+    init_states: tuple[StateDict, StateDict] | None = None,
     quiet: bool = True,
 ) -> AnalysisResult:
     """Layerwise connectivity of A and B along θ(λ) = (1 − λ)θ_A + λθ_B, streamed over inputs.
@@ -338,6 +345,10 @@ def analyze(
         spectra: compute singular values of each weight (stable and effective rank).
         merge_fn: ``(state_a, state_b, lam) -> state`` for θ(λ); default: the plain
             interpolation of every floating tensor (:func:`lmc.merge.lerp_into`).
+        init_states: ``(A_0, B_0)``, the endpoints' initial states (B_0 in the frame of
+            ``state_b``: permuted as B was), to fill the retention columns
+            (:data:`lmc.analysis.retention.RETENTION_KEYS`; docs/science.md, "Initialisation
+            retention") of every probe point with a weight; ``None`` leaves them ``None``.
         quiet: no progress bar.
 
     Memory: the models, (number of λs) merged copies and one batch of every probe point's
@@ -406,12 +417,14 @@ def analyze(
                     "b": singular_values(p.weight_b),
                 }
     bias = has_bias(model_a)
+    retained = _retention(probes, init_states)
     records = []
     for value in lams:
         for p in probes:
             records.append(
                 _record(p, value, moments, spectra_out, bias, n_examples, near_zero, large_energy)
             )
+            records[-1].update(retained.get(p.point.name, {}))
     settings = {
         "lams": lams,
         "n_examples": n_examples,
@@ -427,6 +440,8 @@ def analyze(
         if merge_fn
         else "lerp of the whole state (BatchNorm running statistics interpolated, not reset)",
         "aligned": state_b is not None,
+        "init_retention": init_states is not None,
+        "init_shared_rank": SHARED_RANK_RULE if init_states is not None else None,
         "device": str(device),
         "dtype": str(dtype).replace("torch.", ""),
         "path": "theta(lam) = (1 - lam) theta_A + lam theta_B",
@@ -471,6 +486,30 @@ def _chain(first: torch.Tensor, rest: Iterator[torch.Tensor]) -> Iterator[torch.
 
 def _prepare(x: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return x.to(device=device, dtype=dtype if x.is_floating_point() else None)
+
+
+def _retention(
+    probes: list[_ProbeStats], init_states: tuple[StateDict, StateDict] | None
+) -> dict[str, dict[str, Any]]:
+    """Probe point name -> its retention columns (points with a weight), from ``init_states``."""
+    if init_states is None:
+        return {}
+    init_a, init_b = init_states
+    out = {}
+    for p in probes:
+        if p.weight_module is None:
+            continue
+        key = f"{p.point.weight}.weight"
+        missing = [side for side, state in (("A", init_a), ("B", init_b)) if key not in state]
+        if missing:
+            raise LmcError(
+                f"init_states: the initial state of {missing[0]} has no {key!r}: "
+                "it is of another architecture"
+            )
+        out[p.point.name] = layer_retention(
+            p.weight_a, p.weight_b, init_a[key], init_b[key], name=key
+        )
+    return out
 
 
 def _load(model: nn.Module, state: StateDict, what: str) -> None:

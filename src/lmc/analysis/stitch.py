@@ -32,7 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmc.config import LmcError, check_int, check_labels
+from lmc.config import LmcError, check_int
+from lmc.data.tasks import Task, get_task
 from lmc.models import MLP, VGG, ResNet20, check_same_architecture, eval_mode, module_device
 
 from .probes import WEIGHT_TYPES
@@ -138,7 +139,12 @@ def _test_split(data: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def stitching_errors(
-    model_a: nn.Module, model_b: nn.Module, data: Any, *, batch_size: int = 1024
+    model_a: nn.Module,
+    model_b: nn.Module,
+    data: Any,
+    *,
+    batch_size: int = 1024,
+    task: Task | str | None = None,
 ) -> list[float]:
     """Test error (1 - accuracy, a fraction) of ``stitch(model_a, model_b, l)`` for
     ``l = 0..L``: entry ``l`` uses A's first ``l`` layers, so entry 0 is B's error and entry
@@ -146,11 +152,14 @@ def stitching_errors(
 
     ``data``: an :class:`lmc.data.Dataset` (its test split) or ``(inputs, labels)``. Inputs are
     moved batch by batch to A's device; both models run in eval mode (their modes are
-    restored afterwards).
+    restored afterwards). ``task`` (:mod:`lmc.data.tasks`): what a prediction is (default:
+    the dataset's ``task``, or ``classification`` for a pair); the error is the fraction of
+    wrong predictions (next-token: of every position of every window).
     """
     x, y = _test_split(data)
-    check_labels("labels", y)
-    if len(x) != len(y) or len(y) == 0:
+    task = get_task(task if task is not None else getattr(data, "task", None))
+    task.check(None, y)
+    if len(x) != len(y) or y.numel() == 0:
         raise LmcError(f"data needs as many labels as inputs (at least one), got {len(x)} "
                        f"inputs and {len(y)} labels")  # fmt: skip
     batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -164,6 +173,6 @@ def stitching_errors(
             for start in range(0, len(x), batch_size):
                 xb = x[start : start + batch_size].to(device)
                 yb = y[start : start + batch_size].to(device)
-                wrong += int((model(xb).argmax(1) != yb).sum())
-            errors.append(wrong / len(y))
+                wrong += int((~task.correct(model(xb), yb)).sum())
+            errors.append(wrong / y.numel())
     return errors

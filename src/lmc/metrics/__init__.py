@@ -9,11 +9,14 @@ Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
   loss and inverse temperature; which subset each uses is in :mod:`lmc.metrics.result`).
 - The engines that compute the logits along the path (:mod:`lmc.metrics.engine`:
   :func:`select_engine`, :func:`auto_batch_size`; the chain fast path :mod:`lmc.metrics.chain`).
-- :func:`barriers` and the pure barrier functions of :mod:`lmc.metrics.barriers`.
+- :func:`barriers` and the pure barrier functions of :mod:`lmc.metrics.barriers`; the barrier
+  schema :data:`BARRIERS` (:class:`Barrier`: key, curve, function, meaning) and its keys
+  :data:`BARRIER_KEYS`, the one list of barrier keys every results file uses.
 - :func:`fit_inverse_temperature`, :func:`cross_entropy_at`; the calibrations
   (:data:`CALIBRATIONS`: the paper's 20/80 ``split``, the cross-fitted ``crossfit`` and ``auto``,
   :func:`resolve_calibration`) and their subsets (:func:`calibration_split`,
-  :func:`crossfit_folds`).
+  :func:`crossfit_folds`); :data:`CALIBRATE_DEFAULTS`: whether a path is calibrated when
+  nobody says, the one statement of that default for every entry point.
 - :func:`random_direction_state`: the flatness control.
 - :func:`expected_calibration_error`, :func:`reliability_curve` (:class:`ReliabilityCurve`)
   and :func:`draw_reliability_diagram`: ECE over equal-width confidence bins
@@ -21,7 +24,10 @@ Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
 """
 
 from .barriers import (
+    BARRIER_BY_KEY,
     BARRIER_KEYS,
+    BARRIERS,
+    Barrier,
     accuracy_barrier,
     barriers,
     calibrated_loss_barrier,
@@ -67,16 +73,20 @@ from .engine import (
 )
 from .path import evaluate_path
 from .result import PER_LAMBDA_KEYS, PathResult
-from .settings import PathSettings, lambda_grid
+from .settings import CALIBRATE_DEFAULTS, PathSettings, lambda_grid
 
 __all__ = [
     "AUTO_MIN_CALIBRATION",
+    "BARRIERS",
+    "BARRIER_BY_KEY",
     "BARRIER_KEYS",
     "BETA_MAX",
     "BETA_MIN",
+    "CALIBRATE_DEFAULTS",
     "CALIBRATIONS",
     "METHODS",
     "PER_LAMBDA_KEYS",
+    "Barrier",
     "BatchedEngine",
     "LoopEngine",
     "PathResult",

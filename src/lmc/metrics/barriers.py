@@ -1,4 +1,4 @@
-"""Barriers along a path, exactly as SCIENCE.md defines them.
+"""Barriers along a path, exactly as docs/science.md § Barriers defines them.
 
 Every function takes the λ grid and the metric's values on it (any order; sorted here) and
 returns a float. λ = 0 is model A, λ = 1 is model B; both endpoints must be on the grid. The
@@ -16,14 +16,21 @@ Accuracies (fractions in [0, 1]) with the sign reversed, so a drop is a positive
   ``max_minus_mean_loss``)
 
 The calibrated versions apply the loss formulas to calibrated losses (endpoints calibrated
-too); see :mod:`lmc.metrics.result` for which subset each number uses. A calibrated loss that
+too); see :mod:`lmc.metrics.result` for which subset each number uses; the ``heldout_*``
+versions apply them to the uncalibrated losses on those same examples. A calibrated loss that
 is undefined (NaN: its beta hit the bound of the search) makes every calibrated barrier that
 uses it NaN: it is never replaced by a number.
+
+The schema: :data:`BARRIERS` lists every barrier :func:`barriers` returns (its key, the
+per-λ curve it is computed from, the function and its meaning), in order; :data:`BARRIER_KEYS`
+are their keys. It is the one list of barrier keys: results files (a width study's
+``results.csv``, an onset study's CSVs), Table 1 and the report import it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,18 +38,6 @@ import numpy as np
 from lmc.config import LmcError
 
 _TOL = 1e-9
-
-BARRIER_KEYS = (
-    "loss_barrier",
-    "midpoint_loss_barrier",
-    "max_minus_mean_loss",
-    "accuracy_barrier",
-    "midpoint_accuracy_barrier",
-    "mean_minus_min_accuracy",
-    "calibrated_loss_barrier",
-    "calibrated_midpoint_loss_barrier",
-    "calibrated_max_minus_mean_loss",
-)
 
 
 def _curve(lambdas: Sequence[float], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -129,41 +124,118 @@ def calibrated_max_minus_mean_loss(
     return max_minus_mean_loss(lambdas, calibrated_losses)
 
 
+@dataclass(frozen=True)
+class Barrier:
+    """One barrier of the schema: ``key`` (its name in every results file), ``curve`` (the
+    per-λ key of :class:`lmc.metrics.PathResult` and column of ``results.csv`` it is computed
+    from: ``loss``, ``accuracy``, ``calibrated_loss`` or ``heldout_loss``), ``function``
+    (``function(lambdas, values) -> float``) and ``meaning`` (its formula, unit and sign)."""
+
+    key: str
+    curve: str
+    function: Callable[[Sequence[float], Sequence[float]], float]
+    meaning: str
+
+    def of(self, lambdas: Sequence[float], values: Sequence[float] | None) -> float | None:
+        """The barrier of ``values`` on ``lambdas``; ``None`` when the curve is absent."""
+        return None if values is None else self.function(lambdas, values)
+
+
+#: Curves every path has; the others (calibrated, held-out) only a calibrated path.
+REQUIRED_CURVES = ("loss", "accuracy")
+
+#: Every barrier, in the order of the results files' columns (docs/science.md § Barriers).
+BARRIERS: tuple[Barrier, ...] = (
+    Barrier(
+        "loss_barrier",
+        "loss",
+        loss_barrier,
+        "max_λ [L(λ) − ((1 − λ)L_0 + λL_1)], nats; ≥ 0 (Frankle et al.)",
+    ),
+    Barrier(
+        "midpoint_loss_barrier",
+        "loss",
+        midpoint_loss_barrier,
+        "L(½) − ½(L_0 + L_1), nats; may be negative (the width paper's Table 1)",
+    ),
+    Barrier(
+        "max_minus_mean_loss",
+        "loss",
+        max_minus_mean_loss,
+        "max_λ L(λ) − ½(L_0 + L_1), nats; ≥ 0 (Git Re-Basin's barrier)",
+    ),
+    Barrier(
+        "accuracy_barrier",
+        "accuracy",
+        accuracy_barrier,
+        "max_λ [((1 − λ)A_0 + λA_1) − A(λ)], a fraction; ≥ 0",
+    ),
+    Barrier(
+        "midpoint_accuracy_barrier",
+        "accuracy",
+        midpoint_accuracy_barrier,
+        "½(A_0 + A_1) − A(½), a fraction; may be negative",
+    ),
+    Barrier(
+        "mean_minus_min_accuracy",
+        "accuracy",
+        mean_minus_min_accuracy,
+        "½(A_0 + A_1) − min_λ A(λ), a fraction; ≥ 0 (max_minus_mean_loss for accuracy)",
+    ),
+    Barrier(
+        "calibrated_loss_barrier",
+        "calibrated_loss",
+        calibrated_loss_barrier,
+        "loss_barrier of the calibrated losses, nats; ≥ 0",
+    ),
+    Barrier(
+        "calibrated_midpoint_loss_barrier",
+        "calibrated_loss",
+        calibrated_midpoint_loss_barrier,
+        "midpoint_loss_barrier of the calibrated losses, nats (the width paper's Table 1 number)",
+    ),
+    Barrier(
+        "calibrated_max_minus_mean_loss",
+        "calibrated_loss",
+        calibrated_max_minus_mean_loss,
+        "max_minus_mean_loss of the calibrated losses, nats; ≥ 0",
+    ),
+    Barrier(
+        "heldout_loss_barrier",
+        "heldout_loss",
+        loss_barrier,
+        "loss_barrier of the uncalibrated losses on the calibrated ones' examples, nats",
+    ),
+    Barrier(
+        "heldout_midpoint_loss_barrier",
+        "heldout_loss",
+        midpoint_loss_barrier,
+        "midpoint_loss_barrier of the uncalibrated losses on the calibrated ones' examples, nats",
+    ),
+)
+#: The keys of :data:`BARRIERS`, in order: every key :func:`barriers` returns.
+BARRIER_KEYS: tuple[str, ...] = tuple(b.key for b in BARRIERS)
+#: Key -> :class:`Barrier`.
+BARRIER_BY_KEY: dict[str, Barrier] = {b.key: b for b in BARRIERS}
+
+
 def barriers(result: Any) -> dict[str, float | None]:
-    """Every barrier of a :class:`lmc.metrics.PathResult` (or any object/dict with ``lambdas``,
-    ``loss``, ``accuracy`` and optionally ``calibrated_loss``), keyed as in
-    :data:`BARRIER_KEYS`. Calibrated keys are ``None`` when the path was not calibrated.
+    """Every barrier of :data:`BARRIERS` of a :class:`lmc.metrics.PathResult` (or any
+    object/dict with ``lambdas``, ``loss``, ``accuracy`` and optionally ``calibrated_loss`` and
+    ``heldout_loss``), keyed as in :data:`BARRIER_KEYS` and in that order.
 
     ``loss``/``accuracy`` barriers use the full split; calibrated ones the scored examples
     (the held-out subset with the ``split`` calibration, every example with ``crossfit``).
-    Two more keys compare like with like: ``heldout_loss_barrier`` and
-    ``heldout_midpoint_loss_barrier`` are the uncalibrated barriers on those same examples
-    (``None`` unless calibrated).
+    ``heldout_loss_barrier`` and ``heldout_midpoint_loss_barrier`` compare like with like: the
+    uncalibrated barriers on those same examples. A barrier whose curve is absent (the
+    calibrated and held-out ones of a path that was not calibrated) is ``None``.
     """
 
     def get(name: str) -> Any:
         return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
 
-    lam, loss, acc = get("lambdas"), get("loss"), get("accuracy")
-    cal, held = get("calibrated_loss"), get("heldout_loss")
-    out: dict[str, float | None] = {
-        "loss_barrier": loss_barrier(lam, loss),
-        "midpoint_loss_barrier": midpoint_loss_barrier(lam, loss),
-        "max_minus_mean_loss": max_minus_mean_loss(lam, loss),
-        "accuracy_barrier": accuracy_barrier(lam, acc),
-        "midpoint_accuracy_barrier": midpoint_accuracy_barrier(lam, acc),
-        "mean_minus_min_accuracy": mean_minus_min_accuracy(lam, acc),
-        "calibrated_loss_barrier": None,
-        "calibrated_midpoint_loss_barrier": None,
-        "calibrated_max_minus_mean_loss": None,
-        "heldout_loss_barrier": None,
-        "heldout_midpoint_loss_barrier": None,
-    }
-    if cal is not None:
-        out["calibrated_loss_barrier"] = calibrated_loss_barrier(lam, cal)
-        out["calibrated_midpoint_loss_barrier"] = calibrated_midpoint_loss_barrier(lam, cal)
-        out["calibrated_max_minus_mean_loss"] = calibrated_max_minus_mean_loss(lam, cal)
-    if held is not None:
-        out["heldout_loss_barrier"] = loss_barrier(lam, held)
-        out["heldout_midpoint_loss_barrier"] = midpoint_loss_barrier(lam, held)
-    return out
+    lam = get("lambdas")
+    for curve in REQUIRED_CURVES:
+        if get(curve) is None:
+            raise LmcError(f"barriers need the path's {curve!r} values; the result has none")
+    return {b.key: b.of(lam, get(b.curve)) for b in BARRIERS}

@@ -20,6 +20,12 @@ Two ways to split the examples (:data:`CALIBRATIONS`; ``auto`` picks one by
 A fitted beta on a bound of the search (:func:`at_bound`) means the loss has no minimum inside
 the bounds (e.g. a perfectly classified subset, beta -> infinity): that beta is not a number
 that can be reported or averaged, and the calibrated loss that uses it is undefined.
+
+Tasks (:mod:`lmc.data.tasks`): the subsets and folds are drawn over *examples* (whole windows
+for ``next-token``, never parts of one; :meth:`lmc.data.tasks.Task.rows` maps them to
+predictions), and one beta is fitted over all the predictions of its examples (every
+position's logits). :func:`fit_inverse_temperature` and :func:`cross_entropy_at` take the
+task's layout with ``task=`` (default ``classification``: (N, C) logits, (N,) labels).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import numpy as np
 import torch
 
 from lmc.config import LmcError
+from lmc.data.tasks import Task, get_task
 
 #: Bounds of the search, on beta (the search itself runs on log beta).
 BETA_MIN = 1e-3
@@ -84,16 +91,44 @@ def mean_cross_entropy(
     return cross_entropy_rows(logits, labels, beta).mean(dim=1)
 
 
-def cross_entropy_at(logits: torch.Tensor, labels: torch.Tensor, beta: float = 1.0) -> float:
+def _flatten(
+    logits: torch.Tensor, labels: torch.Tensor, task: Task | str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, labels)`` as one row per prediction of ``task`` (classification: as given)."""
+    task = get_task(task)
+    if task.target_axes == 1:
+        return logits, labels
+    if not isinstance(labels, torch.Tensor) or labels.dim() != task.target_axes:
+        shape = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
+        raise LmcError(f"labels must have shape {task.target_layout()} for the {task.name} "
+                       f"task, got {shape}")  # fmt: skip
+    if tuple(logits.shape[:-1]) != tuple(labels.shape):
+        raise LmcError(
+            f"logits must have shape {task.output_layout()} to match labels of shape "
+            f"{tuple(labels.shape)}, got {tuple(logits.shape)}"
+        )
+    return task.flatten(logits, labels)
+
+
+def cross_entropy_at(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    beta: float = 1.0,
+    *,
+    task: Task | str = "classification",
+) -> float:
     """Mean cross-entropy (nats) of softmax(beta * logits) against ``labels``, in float64.
 
-    ``logits``: (N, C); ``labels``: (N,) class indices.
+    ``logits``: (N, C); ``labels``: (N,) class indices; or the layout of ``task``
+    (next-token: (N, T, C) and (N, T), the mean over every position).
     """
-    logits, labels = _check(logits, labels)
+    logits, labels = _check(*_flatten(logits, labels, task))
     return mean_cross_entropy(logits[None], labels, beta)[0].item()
 
 
-def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
+def fit_inverse_temperature(
+    logits: torch.Tensor, labels: torch.Tensor, *, task: Task | str = "classification"
+) -> float:
     """The inverse temperature beta minimising mean cross-entropy of softmax(beta * logits).
 
     A bounded Brent search (``scipy.optimize.minimize_scalar(method="bounded")``) on
@@ -108,11 +143,12 @@ def fit_inverse_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float
     falls for ever as beta grows and ``BETA_MAX`` is returned; when every row of logits is
     constant the loss does not depend on beta and 1.0 is returned. When the optimum lies
     outside the bounds the nearest bound is returned. ``logits``: (N, C) on any device;
-    ``labels``: (N,). Raises ``LmcError`` for non-finite logits.
+    ``labels``: (N,); or the layout of ``task`` (next-token: (N, T, C) and (N, T): one beta
+    over every position's logits). Raises ``LmcError`` for non-finite logits.
     """
     from scipy.optimize import minimize_scalar
 
-    logits, labels = _check(logits, labels)
+    logits, labels = _check(*_flatten(logits, labels, task))
     # The search runs in NumPy on the CPU: ~40 evaluations of a few small vector operations,
     # which are faster single-threaded than as (possibly GPU) kernel launches.
     z = logits.detach().to("cpu", torch.float64).numpy()
@@ -155,7 +191,8 @@ def calibration_split(
 
     The calibration subset is the first ``round(fraction * n)`` (at least 1, at most n - 1) of
     ``torch.randperm(n)`` drawn from ``torch.Generator().manual_seed(seed)``, the held-out subset
-    the rest; both are sorted int64 CPU tensors.
+    the rest; both are sorted int64 CPU tensors. ``n`` counts examples (windows for
+    ``next-token``: :meth:`lmc.data.tasks.Task.rows` gives their positions' rows).
     """
     if n < 2:
         raise LmcError(f"calibration needs at least 2 examples, got {n}")

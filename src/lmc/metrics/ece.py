@@ -13,6 +13,10 @@ the logits, or given probabilities):
 - ``ECE = sum_b (n_b / n) * |accuracy_b - mean confidence_b|`` over the non-empty bins.
 
 Everything is computed in float64 on the CPU. ECE is in [0, 1] (a fraction, like accuracies).
+
+Tasks (``task=``, :mod:`lmc.data.tasks`; default ``classification``): for ``next-token``
+the input is (N, T, C) logits or probabilities and (N, T) targets, and every position of every
+window is one prediction ``i`` above (the ECE over all positions).
 Git Re-Basin §5.4 reports the calibration of merged models; the width paper's temperature
 calibration (:mod:`lmc.metrics.calibration`) is a different quantity (a loss).
 """
@@ -27,6 +31,7 @@ import numpy as np
 import torch
 
 from lmc.config import LmcError, check_finite, check_int, check_labels
+from lmc.data.tasks import Task, get_task
 
 #: The default number of equal-width confidence bins.
 DEFAULT_BINS = 15
@@ -108,15 +113,45 @@ def class_probabilities(logits_or_probs: Any, kind: str = "auto") -> torch.Tenso
     return torch.softmax(z, dim=1)
 
 
+def _predictions(logits_or_probs: Any, labels: Any, task: Task | str) -> tuple[Any, Any]:
+    """``(logits_or_probs, labels)`` with one row per prediction of ``task`` (classification:
+    as given, untouched)."""
+    task = get_task(task)
+    if task.target_axes == 1:
+        return logits_or_probs, labels
+    z = logits_or_probs
+    if not isinstance(z, torch.Tensor):
+        try:
+            z = torch.as_tensor(np.asarray(z, dtype=np.float64))
+        except (TypeError, ValueError) as exc:
+            raise LmcError(f"logits_or_probs must be an array of numbers: {exc}") from exc
+    if not isinstance(labels, torch.Tensor):
+        labels = torch.as_tensor(np.asarray(labels))
+    if labels.dim() != task.target_axes or tuple(z.shape[:-1]) != tuple(labels.shape):
+        raise LmcError(
+            f"the {task.name} task needs logits_or_probs of shape {task.output_layout()} and "
+            f"labels of shape {task.target_layout()}, got {tuple(z.shape)} and "
+            f"{tuple(labels.shape)}"
+        )
+    return task.flatten(z, labels)
+
+
 def reliability_curve(
-    logits_or_probs: Any, labels: torch.Tensor, bins: int = DEFAULT_BINS, *, kind: str = "auto"
+    logits_or_probs: Any,
+    labels: torch.Tensor,
+    bins: int = DEFAULT_BINS,
+    *,
+    kind: str = "auto",
+    task: Task | str = "classification",
 ) -> ReliabilityCurve:
     """Per-bin count, mean confidence and accuracy (module docstring for the binning).
 
     ``logits_or_probs``: (N, C) logits or probabilities (``kind``, see
-    :func:`class_probabilities`); ``labels``: (N,) integer class indices in [0, C).
+    :func:`class_probabilities`); ``labels``: (N,) integer class indices in [0, C); or the
+    layout of ``task`` (next-token: (N, T, C) and (N, T), every position one prediction).
     """
     bins = check_int("bins", bins, minimum=1)
+    logits_or_probs, labels = _predictions(logits_or_probs, labels, task)
     probs = class_probabilities(logits_or_probs, kind)
     if not isinstance(labels, torch.Tensor):
         labels = torch.as_tensor(np.asarray(labels))
@@ -147,15 +182,21 @@ def reliability_curve(
 
 
 def expected_calibration_error(
-    logits_or_probs: Any, labels: torch.Tensor, bins: int = DEFAULT_BINS, *, kind: str = "auto"
+    logits_or_probs: Any,
+    labels: torch.Tensor,
+    bins: int = DEFAULT_BINS,
+    *,
+    kind: str = "auto",
+    task: Task | str = "classification",
 ) -> float:
     """ECE = sum_b (n_b / n) |accuracy_b - mean confidence_b| (a fraction in [0, 1]).
 
     ``bins`` equal-width, right-closed confidence bins (a setting; 15 by default), the
     max-probability confidence; see the module docstring. ``logits_or_probs``: (N, C);
-    ``labels``: (N,) class indices. Raises ``LmcError`` for malformed input.
+    ``labels``: (N,) class indices; or the layout of ``task`` (next-token: over all
+    positions). Raises ``LmcError`` for malformed input.
     """
-    return reliability_curve(logits_or_probs, labels, bins, kind=kind).ece
+    return reliability_curve(logits_or_probs, labels, bins, kind=kind, task=task).ece
 
 
 def draw_reliability_diagram(
@@ -195,15 +236,21 @@ def draw_reliability_diagram(
 
 
 def classification_metrics(
-    logits: torch.Tensor, labels: torch.Tensor, bins: int = DEFAULT_BINS
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    bins: int = DEFAULT_BINS,
+    *,
+    task: Task | str = "classification",
 ) -> dict[str, float]:
     """``{"loss", "accuracy", "ece"}`` of ``logits`` (N, C) against ``labels`` (N,): the mean
     cross-entropy of softmax(logits) in nats (float64), the fraction classified correctly,
     and the ECE over ``bins`` equal-width confidence bins (:func:`expected_calibration_error`).
+    With ``task="next-token"``: (N, T, C) and (N, T), each a mean over every position.
     What ``lmc merge`` and the merge-many study report for every model."""
     from .calibration import cross_entropy_at
 
     labels = labels.to(logits.device)
+    logits, labels = _predictions(logits, labels, task)
     return {
         "loss": cross_entropy_at(logits, labels),
         "accuracy": float((logits.argmax(1) == labels).double().mean()),

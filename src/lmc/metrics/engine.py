@@ -2,15 +2,17 @@
 
 Path: theta(lam) = (1 - lam) * theta_A + lam * theta_B (lam = 0 is A). An engine turns a list of
 lambdas into chunks ``(lams, z)``: ``z`` is the float32 logits of those points on every example
-of the split, shape ``(len(lams), N, C)``, on the models' device. Two engines, chosen once per
-path by :func:`select_engine`:
+of the split, shape ``(len(lams), N, C)`` (or the model's output layout after the example axis,
+e.g. ``(len(lams), N, T, C)`` for a token model; :mod:`lmc.data.tasks` says how to read it),
+on the models' device. Two engines, chosen once per path by :func:`select_engine`:
 
 - :class:`BatchedEngine` (``batched``): the points' weights are stacked (``lerp_stack``), in
   chunks of lambdas whose stacked weights stay within ``max_stack_bytes``, and evaluated
   together in one batched forward per batch of examples (:func:`stacked_logits`): for a plain
   chain of Linear layers and activations the fast path of :mod:`lmc.metrics.chain`, otherwise
-  ``torch.vmap`` over ``torch.func.functional_call``. It cannot recompute BatchNorm statistics
-  per point.
+  ``torch.vmap`` over ``torch.func.functional_call`` (every state-dict entry passed, so tied
+  weights such as a GPT's shared embedding and head are given twice with equal values). It
+  cannot recompute BatchNorm statistics per point.
 - :class:`LoopEngine` (``loop``): one plain forward over the split per lambda, of the model
   ``prepare(lam)`` returns (e.g. theta(lam) with its BatchNorm statistics reset); the logits
   are buffered (up to ``LOGIT_BUFFER_BYTES``) so that their metrics are computed together.
@@ -42,7 +44,7 @@ ACTIVATION_BUDGET_BYTES = 256 << 20
 LOGIT_BUFFER_BYTES = 256 << 20
 
 StateDict = Mapping[str, torch.Tensor]
-#: One engine step: the lambdas and their float32 logits, shape (len(lams), N, C).
+#: One engine step: the lambdas and their float32 logits, shape (len(lams), N, ..., C).
 Chunk = tuple[list[float], torch.Tensor]
 
 
@@ -60,7 +62,7 @@ def _spans(n: int, batch_size: int) -> list[tuple[int, int]]:
 def model_logits(
     model: nn.Module, x: torch.Tensor, batch_size: int, device: torch.device
 ) -> torch.Tensor:
-    """The model's float32 logits ``(N, C)`` on every example of ``x`` ``(N, ...)``: one plain
+    """The model's float32 logits ``(N, ..., C)`` on every example of ``x`` ``(N, ...)``: one plain
     forward per batch of ``batch_size`` examples (moved to ``device``)."""
     out = [model(x[s:e].to(device, non_blocking=True)) for s, e in _spans(len(x), batch_size)]
     return torch.cat(out).float()
@@ -74,14 +76,14 @@ def stacked_logits(
     device: torch.device,
     plan: ChainPlan | None = None,
 ) -> torch.Tensor:
-    """Float32 logits ``(k, N, C)`` of k stacked states ``{name: (k, *shape)}`` of ``model``'s
+    """Float32 logits ``(k, N, ..., C)`` of k stacked states ``{name: (k, *shape)}`` of ``model``'s
     architecture on ``x`` ``(N, ...)``, one batched forward per batch of examples:
     :func:`lmc.metrics.chain.chain_forward` when ``plan`` is given, else ``torch.vmap`` over
     ``torch.func.functional_call`` (``model``'s own weights are not used or changed)."""
     from torch.func import functional_call, vmap
 
     def forward(params: dict[str, torch.Tensor], xb: torch.Tensor) -> torch.Tensor:
-        return functional_call(model, params, (xb,))
+        return functional_call(model, params, (xb,), tie_weights=False)
 
     if plan is not None:
         batched = functools.partial(chain_forward, plan, workspace=ChainWorkspace())
@@ -94,7 +96,7 @@ def stacked_logits(
             z = batched(params, x[s:e].to(device, non_blocking=True))
             if out is None:
                 out = torch.empty(
-                    (z.shape[0], len(x), z.shape[2]), dtype=torch.float32, device=device
+                    (z.shape[0], len(x), *z.shape[2:]), dtype=torch.float32, device=device
                 )
             out[:, s:e] = z
     assert out is not None

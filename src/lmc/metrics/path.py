@@ -46,8 +46,16 @@ forward; their logits serve as lam = 0 and lam = 1 of the path, so the path's en
 models' own numbers bit for bit. With BatchNorm ``reset``/``repair`` only the interior points are
 reset (the endpoints keep the statistics training gave them) unless ``reset_endpoints=True``.
 
-Memory: the logits of the two endpoints and of one chunk of lambdas, ``(2 + k) * N * C`` floats,
-are held on the models' device; no hidden activations are kept.
+The task (``task``, :mod:`lmc.data.tasks`; default ``classification``) says what the models'
+outputs and the labels are: ``classification`` (logits (N, C), labels (N,)) or ``next-token``
+(logits (N, T, C) for token windows, targets (N, T)). Every metric is over all predictions
+(every position of every window: nats per token, the fraction of positions predicted), one beta
+is fitted over all positions' logits, and the calibration subsets and folds are whole windows
+(:mod:`lmc.metrics.result`).
+
+Memory: the logits of the two endpoints and of one chunk of lambdas, ``(2 + k) * N * C`` floats
+(``(2 + k) * N * T * C`` for next-token), are held on the models' device; no hidden
+activations are kept.
 """
 
 from __future__ import annotations
@@ -61,7 +69,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmc.config import LmcError, LmcWarning, check_finite, check_labels
+from lmc.config import LmcError, LmcWarning, check_finite
+from lmc.data.tasks import Task, get_task
 from lmc.merge import (
     batchnorm_output_stats,
     check_compatible,
@@ -96,6 +105,7 @@ def evaluate_path(
     *,
     state_b: Mapping[str, torch.Tensor] | None = None,
     bn_inputs: torch.Tensor | None = None,
+    task: Task | str = "classification",
     **options: Any,
 ) -> PathResult:
     """Evaluate theta(lam) = (1 - lam) theta_A + lam theta_B on ``x, y`` for every lam of the grid.
@@ -103,13 +113,16 @@ def evaluate_path(
     Args:
         model_a, model_b: two models of one architecture (``model_b`` may be ``None`` when
             ``state_b`` is given). Neither is changed (their train/eval modes are restored).
-        x, y: the evaluation split, ``(N, ...)`` inputs and ``(N,)`` int64 labels, on any device
-            (batches are moved to ``model_a``'s device).
+        x, y: the evaluation split, ``(N, ...)`` inputs and the targets as ``task`` lays them
+            out (``(N,)`` int64 labels; next-token: ``(N, T)``), on any device (batches are
+            moved to ``model_a``'s device).
         settings: a :class:`PathSettings`, or the ``lambdas`` (a number of points or a list) of
             the keyword form; ``None``: the defaults.
         state_b: a state dict to use as B (e.g. B aligned to A); overrides ``model_b``'s weights.
         bn_inputs: training inputs ``(M, ...)`` for BatchNorm ``reset``/``repair`` (required for
             those modes).
+        task: a :class:`lmc.data.tasks.Task` or its name (``get_task(dataset.task)`` for a
+            dataset's split); default ``classification``.
         **options: any field of :class:`PathSettings` (``bn``, ``calibrate``, ``batch_size``,
             ``method``, ...), applied on top of ``settings``.
 
@@ -117,13 +130,14 @@ def evaluate_path(
     used recorded). Warns with :class:`lmc.config.LmcWarning` when calibration hits its bound.
     """
     s = _settings(settings, options)
-    bn_mode = _check_inputs(model_a, x, y, s.bn, bn_inputs)
+    task = get_task(task)
+    bn_mode = _check_inputs(model_a, x, y, s.bn, bn_inputs, task)
     grid, added = s.grid()
     device = module_device(model_a)
     state_a, state_b = _endpoint_states(model_a, model_b, state_b)
     metrics = LambdaMetrics(
         y.to(device), s.calibrate, s.calibration_seed, s.calibration_fraction,
-        method=s.calibration, folds=s.calibration_folds,
+        method=s.calibration, folds=s.calibration_folds, task=task,
     )  # fmt: skip
     with eval_mode(model_a):
         work = copy.deepcopy(model_a).eval()  # B's weights, then each theta(lam) in turn
@@ -153,18 +167,24 @@ def evaluate_path(
 
 
 def _check_inputs(
-    model_a: nn.Module, x: torch.Tensor, y: torch.Tensor, bn: str, bn_inputs: torch.Tensor | None
+    model_a: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    bn: str,
+    bn_inputs: torch.Tensor | None,
+    task: Task,
 ) -> str:
-    """The resolved BatchNorm mode, after checking the split and that ``bn_inputs`` is given
-    when the mode needs it."""
+    """The resolved BatchNorm mode, after checking the split (its targets against the model's
+    output on one example, as ``task`` lays them out) and that ``bn_inputs`` is given when the
+    mode needs it."""
     if len(x) != len(y):
         raise LmcError(f"{len(x)} inputs but {len(y)} labels: give one label per example")
     if len(x) == 0:
         raise LmcError("cannot evaluate a path on an empty split")
     check_finite("x", x)
-    with torch.no_grad(), eval_mode(model_a):  # one example: the model's number of classes
-        classes = model_a(x[:1].to(module_device(model_a))).shape[-1]
-    check_labels("y", y, classes)
+    with torch.no_grad(), eval_mode(model_a):  # one example: the model's output layout
+        out = model_a(x[:1].to(module_device(model_a)))
+    task.check(out, y, name="y")
     if bn_inputs is not None:
         check_finite("bn_inputs", bn_inputs)
     bn_mode = resolve_bn_mode(model_a, bn)

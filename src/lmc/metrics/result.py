@@ -21,6 +21,12 @@ examples used in parentheses; "scored examples" are the held-out subset of
 
 The calibrated ones (and ``heldout_loss``) exist only when the path was calibrated.
 
+The task (:mod:`lmc.data.tasks`) says what a prediction is: an example (``classification``) or
+a position of a token window (``next-token``). Losses, accuracies and logit norms are
+means over every prediction of the examples used (nats per token for next-token); examples and
+subsets are whole examples (whole windows), and one beta is fitted over all the predictions
+(every position's logits) of its fitting examples.
+
 Undefined calibration: a lambda's calibration is undefined when any beta fitted for it lies on
 a bound of the search (:func:`lmc.metrics.calibration.at_bound`; ``split``: its one beta;
 ``crossfit``: any fold's beta or the all-examples beta) or its logits are not finite. Then both
@@ -39,6 +45,7 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError
+from lmc.data.tasks import Task, get_task
 
 from .barriers import barriers as _barriers
 from .calibration import (
@@ -88,14 +95,18 @@ def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
 class LambdaMetrics:
     """Turns a stack of models' logits on the split into their per-lambda numbers.
 
-    ``y``: the split's (N,) int64 labels on the logits' device. With ``calibrate`` the
-    calibration ``method`` (``auto``/``split``/``crossfit``) is resolved once for the split by
-    :func:`lmc.metrics.calibration.resolve_calibration` ``(method, N, fraction)``; ``split``
-    divides the examples by :func:`lmc.metrics.calibration_split` ``(N, seed, fraction)``,
-    ``crossfit`` by :func:`lmc.metrics.calibration.crossfit_folds` ``(N, seed, folds)``.
-    Everything but the beta searches is computed for the whole stack at once (a handful of
-    kernels per chunk of lambdas, not per lambda), and each example's cross-entropy is computed
-    once: the held-out loss is a subset mean of the same rows.
+    ``y``: the split's targets on the logits' device, as ``task`` lays them out
+    (classification: (N,) int64 labels; next-token: (N, T)); ``task``: a
+    :class:`lmc.data.tasks.Task` or its name (default ``classification``). With ``calibrate``
+    the calibration ``method`` (``auto``/``split``/``crossfit``) is resolved once for the split
+    by :func:`lmc.metrics.calibration.resolve_calibration` ``(method, N, fraction)``; ``split``
+    divides the N examples by :func:`lmc.metrics.calibration_split` ``(N, seed, fraction)``,
+    ``crossfit`` by :func:`lmc.metrics.calibration.crossfit_folds` ``(N, seed, folds)``; the
+    subsets are whole examples (whole windows), mapped to their predictions' rows by
+    :meth:`lmc.data.tasks.Task.rows`. Everything but the beta searches is computed for the
+    whole stack at once (a handful of kernels per chunk of lambdas, not per lambda), on the
+    task's flattened predictions (M = N·P rows), and each prediction's cross-entropy is
+    computed once: the held-out loss is a subset mean of the same rows.
     """
 
     def __init__(
@@ -106,23 +117,33 @@ class LambdaMetrics:
         fraction: float,
         method: str = "split",
         folds: int = 5,
+        task: Task | str = "classification",
     ) -> None:
+        self.task = get_task(task)
+        self.num_examples = len(y)
+        per = self.task.predictions_per_example(y)
+        y = self.task.flatten_target(y)  # (M,): one label per prediction
         self.y = y
         self.calibrate, self.seed, self.fraction = calibrate, seed, fraction
-        self.method = resolve_calibration(method, len(y), fraction) if calibrate else None
+        n = self.num_examples
+        self.method = resolve_calibration(method, n, fraction) if calibrate else None
         self.num_folds = folds if self.method == "crossfit" else None
         if self.method == "split":
-            cal, held = calibration_split(len(y), seed, fraction)
+            cal, held = calibration_split(n, seed, fraction)  # whole examples
+            self.num_cal, self.num_held = len(cal), len(held)
+            cal, held = self.task.rows(cal, per), self.task.rows(held, per)
             self.cal, self.held = cal.to(y.device), held.to(y.device)
             self.y_cal, self.y_held = y[self.cal], y[self.held]
         elif self.method == "crossfit":
-            parts = crossfit_folds(len(y), seed, folds)
-            fold_of = torch.empty(len(y), dtype=torch.int64)
+            parts = crossfit_folds(n, seed, folds)  # whole examples
+            fold_of = torch.empty(n, dtype=torch.int64)
             for k, part in enumerate(parts):
                 fold_of[part] = k
+            if per != 1:
+                fold_of = fold_of.repeat_interleave(per)  # each prediction's fold
             self.fold_of = fold_of.to(y.device)
             self.fits = [torch.nonzero(fold_of != k).squeeze(1).to(y.device) for k in range(folds)]
-            self.smallest_fit = len(y) - max(len(part) for part in parts)
+            self.smallest_fit = n - max(len(part) for part in parts)
 
     def description(self) -> dict[str, Any]:
         """The :class:`PathResult` fields that describe the split and its calibration
@@ -132,10 +153,11 @@ class LambdaMetrics:
         ``num_heldout`` are the two subsets' sizes, ``calibration_folds`` is ``None``.
         ``crossfit``: ``num_calibration`` is the fewest examples a fold's beta was fitted on,
         ``num_heldout`` is N (every example scored once), ``calibration_fraction`` is ``None``.
+        All counts are examples (whole windows for next-token), not predictions.
         """
-        method, n = self.method, len(self.y)
+        method, n = self.method, self.num_examples
         if method == "split":
-            num_cal, num_held = len(self.cal), len(self.held)
+            num_cal, num_held = self.num_cal, self.num_held
         elif method == "crossfit":
             num_cal, num_held = self.smallest_fit, n
         else:
@@ -152,7 +174,7 @@ class LambdaMetrics:
         }
 
     def _calibrate(self, z: torch.Tensor) -> tuple[list[float], list[float]]:
-        """Per model of the stack: its reported beta and its calibrated loss.
+        """Per model of the stack ``z`` (k, M, C): its reported beta and its calibrated loss.
 
         ``split``: beta fitted on the calibration subset, loss on the held-out subset.
         ``crossfit``: per fold, beta fitted on the other folds scores that fold's examples; the
@@ -192,11 +214,14 @@ class LambdaMetrics:
         self, lams: list[float], z: torch.Tensor, z_a: torch.Tensor, z_b: torch.Tensor
     ) -> list[dict[str, float]]:
         """One dict per lambda of ``lams``, keyed by :data:`PER_LAMBDA_KEYS` (the calibrated
-        keys only when calibrating); ``z``: (k, N, C) logits of theta(lam) for those lambdas,
-        ``z_a``, ``z_b``: (N, C) logits of the endpoints (for the ensemble)."""
-        y = self.y
-        lam = torch.tensor(lams, dtype=z_a.dtype, device=z_a.device).view(-1, 1, 1)
-        z_ens = (1.0 - lam) * z_a + lam * z_b
+        keys only when calibrating); ``z``: (k, N, ..., C) logits of theta(lam) for those
+        lambdas, ``z_a``, ``z_b``: (N, ..., C) logits of the endpoints (the task's output
+        layout; classification (k, N, C) and (N, C)). The ensemble is the logit ensemble
+        (1 - lam) f_A + lam f_B at every prediction (every position of a window)."""
+        y, task = self.y, self.task
+        lam = torch.tensor(lams, dtype=z_a.dtype, device=z_a.device).view(-1, *[1] * z_a.dim())
+        z_ens = task.flatten_stack((1.0 - lam) * z_a + lam * z_b)
+        z = task.flatten_stack(z)  # (k, M, C): one row per prediction
         ce = cross_entropy_rows(z, y)
         cols: dict[str, list[float]] = {
             "loss": ce.mean(dim=1).tolist(),

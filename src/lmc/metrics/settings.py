@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,23 @@ from .calibration import CALIBRATIONS
 from .engine import METHODS
 
 _TOL = 1e-9
+
+#: Whether a path is temperature-calibrated when its settings do not say: the one statement of
+#: that default, read by every entry point (docs/science.md § Softmax temperature calibration).
+#:
+#: - ``path``: one path, :class:`PathSettings` / :func:`lmc.metrics.evaluate_path`,
+#:   ``lmc interpolate`` (``--calibrate``/``--no-calibrate``): off, since a β fit per λ is extra
+#:   work a quick look does not need;
+#: - ``width``: a width study's ``[merge] calibrate``: on, since its Table 1 headline is the
+#:   calibrated midpoint loss barrier;
+#: - ``onset``: an onset study's ``[onset] calibrate``: off, since Git Re-Basin's onset is read
+#:   from uncalibrated barriers.
+#:
+#: The value enters a study's job ids, so changing one changes the ids of studies that rely on
+#: it (every committed recipe sets ``calibrate`` itself).
+CALIBRATE_DEFAULTS: Mapping[str, bool] = MappingProxyType(
+    {"path": False, "width": True, "onset": False}
+)
 
 
 def lambda_grid(lambdas: int | Sequence[float] = 11) -> tuple[list[float], list[float]]:
@@ -101,7 +119,8 @@ class PathSettings:
         seed: seed of those random batches.
         reset_endpoints: also reset/repair the endpoints (default: keep their statistics).
         calibrate: fit an inverse temperature per lambda (endpoints included) and report the
-            calibrated loss (:mod:`lmc.metrics.calibration`).
+            calibrated loss (:mod:`lmc.metrics.calibration`); default
+            ``CALIBRATE_DEFAULTS["path"]`` (off).
         calibration: how the split is divided for that (:data:`lmc.metrics.CALIBRATIONS`):
             ``split`` fits beta on a random ``calibration_fraction`` of the split and scores
             the rest (the paper's 20/80); ``crossfit`` cuts the split into
@@ -130,7 +149,7 @@ class PathSettings:
     bn_num_batches: int | None = None
     seed: int = 0
     reset_endpoints: bool = False
-    calibrate: bool = False
+    calibrate: bool = CALIBRATE_DEFAULTS["path"]
     calibration: str = "auto"
     calibration_folds: int = 5
     calibration_seed: int = 0

@@ -157,6 +157,7 @@ class GPT(nn.Module):
     "gpt",
     width="units",
     default_width=128,
+    width_label="embedding dimension",
     inputs=gpt_inputs,
     options={
         "depth": 2,

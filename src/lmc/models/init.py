@@ -20,7 +20,8 @@ def initialize(model: nn.Module, seed: int) -> nn.Module:
     first module that holds it. Then every module with an ``lmc_init(generator)`` method (a
     transformer's class token and position embeddings, say) draws its own parameters, in
     module order, after the defaults (so it may override them). The global RNG is not touched,
-    so the same seed gives the same bits whatever ran before.
+    so the same seed gives the same bits whatever ran before: a run's initial weights are
+    never stored, and :func:`lmc.analysis.retention.initial_state` rebuilds them this way.
     """
     gen = torch.Generator().manual_seed(int(seed))
     seen: set[int] = set()

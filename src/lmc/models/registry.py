@@ -1,12 +1,15 @@
 """The model registry: each zoo architecture declares itself once, and everyone asks it.
 
-An entry says what ``width`` means for the model (``units``: an integer number of hidden units
-per layer; ``multiplier``: a factor on the architecture's standard channel counts), which
-options it takes and their defaults, and how the options that come from the data (input size
-or channels, number of classes) are read off a dataset's ``input_shape`` and
-``num_classes``. Training configs, studies, the CLI and alignment all fill and check a model's
-options through :func:`resolve_options`, so the same settings give the same config wherever
-they are written (in the spirit of timm's ``register_model`` / ``create_model``).
+An entry says what ``width`` means for the model: its kind (``units``: an integer count, such
+as hidden units per layer or a transformer's embedding dimension; ``multiplier``: a factor on
+the architecture's standard channel counts) and its ``width_label`` (what the number counts,
+for ``--help``, figure axes and tables: ``hidden units per layer``, ``channel multiplier``,
+``embedding dimension``), which options it takes and their defaults, and how the options that
+come from the data (input size or channels, number of classes) are read off a dataset's
+``input_shape`` and ``num_classes``. Training configs, studies, the CLI and alignment all fill
+and check a model's options through :func:`resolve_options`, so the same settings give the same
+config wherever they are written (in the spirit of timm's ``register_model`` /
+``create_model``).
 
 >>> @register_model("mlp", width="units", default_width=512, inputs=vector_inputs,
 ...                 options={"depth": 3, "norm": "none", "activation": "relu", "bias": True})
@@ -35,6 +38,8 @@ InputOptions = Callable[[Sequence[int], int], dict[str, Any]]
 OptionCheck = Callable[[str, Mapping[str, Any]], None]
 OptionFill = Callable[[dict[str, Any]], dict[str, Any]]
 WIDTH_KINDS = ("units", "multiplier")
+#: The width label of an entry that gives none, by width kind.
+DEFAULT_WIDTH_LABELS = {"units": "hidden units per layer", "multiplier": "channel multiplier"}
 
 
 def vector_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
@@ -62,14 +67,16 @@ image_inputs.keys = ("in_channels", "num_classes")  # type: ignore[attr-defined]
 class ModelEntry:
     """One registered architecture.
 
-    ``factory(**options)`` builds it; ``options`` maps each user-settable option (besides
-    ``width``) to its default; ``inputs`` turns a dataset's ``(input_shape, num_classes)`` into
-    the data-given options, whose names are ``input_keys``. ``check(name, options)`` (optional)
-    raises ``LmcError`` for values that only this model rules out (ViT: heads must divide
-    width); it sees the registry defaults filled in under the options given (``width`` only
-    when given: a study sets it per sweep point). ``complete``
-    (optional) fills, in :func:`resolve_options`, the defaults that depend on other options
-    (ViT: the patch size from the image size), so a resolved config holds concrete values.
+    ``factory(**options)`` builds it; ``width`` is the kind of its width (:data:`WIDTH_KINDS`)
+    and ``width_label`` what the number is, a noun phrase (``hidden units per layer``,
+    ``channel multiplier``, ``embedding dimension``); ``options`` maps each user-settable
+    option (besides ``width``) to its default; ``inputs`` turns a dataset's ``(input_shape,
+    num_classes)`` into the data-given options, whose names are ``input_keys``. ``check(name,
+    options)`` (optional) raises ``LmcError`` for values that only this model rules out (ViT:
+    heads must divide width); it sees the registry defaults filled in under the options given
+    (``width`` only when given: a study sets it per sweep point). ``complete`` (optional)
+    fills, in :func:`resolve_options`, the defaults that depend on other options (ViT: the
+    patch size from the image size), so a resolved config holds concrete values.
     """
 
     name: str
@@ -81,6 +88,11 @@ class ModelEntry:
     description: str = ""
     check: OptionCheck | None = None
     complete: OptionFill | None = None
+    width_label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.width_label:
+            object.__setattr__(self, "width_label", DEFAULT_WIDTH_LABELS[self.width])
 
     @property
     def input_keys(self) -> tuple[str, ...]:
@@ -93,9 +105,11 @@ class ModelEntry:
 
     @property
     def width_help(self) -> str:
+        """The width label with how the number is read, e.g. ``hidden units per layer (an
+        integer)`` or ``channel multiplier (× the standard channel counts)``."""
         if self.width == "units":
-            return "hidden units per layer (an integer)"
-        return "multiplier of the standard channel counts"
+            return f"{self.width_label} (an integer)"
+        return f"{self.width_label} (× the standard channel counts)"
 
     def width_value(self, width: Any) -> int | float:
         """``width`` checked (positive, finite; an integer for ``units``) and typed."""
@@ -125,8 +139,10 @@ def register_model(
     description: str = "",
     check: OptionCheck | None = None,
     complete: OptionFill | None = None,
+    width_label: str | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Decorator registering ``factory`` as zoo model ``name`` (see :class:`ModelEntry`)."""
+    """Decorator registering ``factory`` as zoo model ``name`` (see :class:`ModelEntry`);
+    ``width_label`` defaults to :data:`DEFAULT_WIDTH_LABELS` of the width kind."""
     if width not in WIDTH_KINDS:
         raise ValueError(f"width must be one of {WIDTH_KINDS}")
 
@@ -141,10 +157,24 @@ def register_model(
             description,
             check,
             complete,
+            width_label or DEFAULT_WIDTH_LABELS[width],
         )
         return factory
 
     return decorate
+
+
+def width_summary() -> str:
+    """What ``width`` means for each registered model, one clause per meaning and default
+    (``mlp: hidden units per layer (an integer), default 512; resnet20, vgg11: ...``), for
+    ``--width``'s help."""
+    groups: dict[tuple[str, float], list[str]] = {}
+    for name, entry in MODELS.items():
+        groups.setdefault((entry.width_help, entry.default_width), []).append(name)
+    return "; ".join(
+        f"{', '.join(names)}: {help_text}, default {default:g}"
+        for (help_text, default), names in groups.items()
+    )
 
 
 def get_model(name: str) -> ModelEntry:

@@ -200,6 +200,7 @@ class ViT(nn.Module):
     "vit",
     width="units",
     default_width=128,
+    width_label="embedding dimension",
     inputs=vit_inputs,
     options={
         "depth": 4,

@@ -87,12 +87,16 @@ def run_pair(
     settings: PairSettings | None = None,
     *,
     quiet: bool = True,
+    init_states: tuple[dict, dict] | None = None,
 ) -> PairResult:
     """Align (optionally), evaluate the path and analyse the pair (A at λ = 0, B at λ = 1).
 
     ``data``: the dataset both models were trained on; the path and analysis are measured on
     ``settings.split`` (its first ``settings.max_examples`` examples), BatchNorm is reset and
     alignment statistics are read on its training split. Neither model is changed.
+    ``init_states``: ``(A_0, B_0)``, the runs' initial states (each in its own run's frame;
+    B_0 is permuted as B is aligned), for the analysis' retention columns
+    (:func:`lmc.analysis.retention.initial_state` rebuilds them from a run's config).
     """
     settings = settings or PairSettings()
     check_same_architecture(model_a, model_b)
@@ -106,8 +110,9 @@ def run_pair(
         state_b, result.alignment, result.perm = aligned.state_dict, aligned.info, aligned.perm
     if settings.path is not None:
         result.path = evaluate_path(
-            model_a, model_b, x, y, settings.path, state_b=state_b, bn_inputs=data.x_train
-        )
+            model_a, model_b, x, y, settings.path, state_b=state_b, bn_inputs=data.x_train,
+            task=data.task,
+        )  # fmt: skip
     if settings.baseline == "random-direction":
         result.baseline = _random_direction_path(model_a, model_b, x, y, data, settings, state_b)
     if settings.analysis is not None:
@@ -123,22 +128,33 @@ def run_pair(
             max_examples=options.max_examples,
             state_b=state_b,
             merge_fn=bn_aware_merge(model_a, model_b, options.bn, data.x_train, state_b=state_b),
+            init_states=_aligned_init(init_states, aligned),
             quiet=quiet,
         )
         result.analysis.settings["bn"] = resolve_bn_mode(model_a, options.bn)
     if settings.stitch:
-        result.stitch_errors = _stitching_errors(model_a, model_b, state_b, x, y)
+        result.stitch_errors = _stitching_errors(model_a, model_b, state_b, x, y, data.task)
     return result
 
 
-def _stitching_errors(model_a, model_b, state_b, x, y) -> list[float]:
+def _aligned_init(init_states, aligned):
+    """``(A_0, B_0)`` with B_0 permuted as B was aligned (``aligned``: the AlignResult)."""
+    if init_states is None or aligned is None:
+        return init_states
+    from lmc.perm import apply_permutation
+
+    init_a, init_b = init_states
+    return init_a, apply_permutation(aligned.spec, aligned.perm, init_b)
+
+
+def _stitching_errors(model_a, model_b, state_b, x, y, task="classification") -> list[float]:
     """Stitching errors of A and B permuted onto A (``state_b``; ``None``: B as it is)."""
     from lmc.analysis import stitching_errors
 
     if state_b is not None:
         model_b = copy.deepcopy(model_b)
         model_b.load_state_dict(state_b)
-    return stitching_errors(model_a, model_b, (x, y))
+    return stitching_errors(model_a, model_b, (x, y), task=task)
 
 
 def _random_direction_path(model_a, model_b, x, y, data, settings, state_b):
@@ -152,4 +168,6 @@ def _random_direction_path(model_a, model_b, x, y, data, settings, state_b):
     )
     # B' carries A's BatchNorm statistics, which do not fit its weights: reset its end too
     path = replace(settings.path, reset_endpoints=True)
-    return evaluate_path(model_a, None, x, y, path, state_b=direction, bn_inputs=data.x_train)
+    return evaluate_path(
+        model_a, None, x, y, path, state_b=direction, bn_inputs=data.x_train, task=data.task
+    )

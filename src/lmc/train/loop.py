@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lmc.config import LmcError, progress
@@ -44,6 +43,16 @@ def autocast_context(precision: str, device: torch.device) -> contextlib.Abstrac
             raise LmcError(f"precision 'bf16' needs a CPU or CUDA device, not {device.type!r}")
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     raise LmcError(f"unknown precision {precision!r}")
+
+
+def _decay_budget(history: list[dict], epoch: int, spent: float) -> float | None:
+    """Σ_t lr_t·wd from step 0 to the end of 0-based ``epoch``: the previous record's budget
+    plus ``spent`` (this epoch's); ``None`` when the history before it lacks one (a checkpoint
+    of an older version). Definition: docs/science.md, "Initialisation retention"."""
+    if epoch == 0:
+        return 0.0 + spent
+    before = history[-1].get("decay_budget") if len(history) == epoch else None
+    return None if before is None else before + spent
 
 
 def make_optimizer(model: nn.Module, settings: TrainSettings, device: torch.device):
@@ -85,15 +94,21 @@ def fit(
     ``settings.epochs``) are run, so training can resume from a checkpoint
     (``optimizer_state`` and ``history`` from it) and end bit-identical on CPU. Each history entry
     holds ``epoch`` (1-based), the running ``train_loss``/``train_accuracy`` over the epoch's
-    batches, ``test_loss``/``test_accuracy``, ``lr`` at the epoch's end and ``seconds``.
+    batches, ``test_loss``/``test_accuracy``, ``lr`` at the epoch's end, ``seconds`` and
+    ``decay_budget`` (Σ_t lr_t·wd over every step so far, from step 0).
     With ``settings.precision == "bf16"`` the forward pass runs under bfloat16 autocast; the
     loss is taken in float32 on float32 logits, and the weights, gradients, optimizer state and
     the per-epoch evaluation stay float32.
+    The loss, accuracy and their per-batch counts are the dataset's task's
+    (:mod:`lmc.data.tasks`, ``dataset.task``): for ``next-token`` the mean cross-entropy over
+    every position (nats per token) and the fraction of positions predicted, with running
+    means weighted by positions.
     Raises ``LmcError`` when the loss becomes NaN or infinite.
     """
     device = torch.device(device)
     model.to(device)
     data = dataset.to(device)
+    task = data.task_spec
     stop_epoch = settings.epochs if stop_epoch is None else stop_epoch
     augment = data.augment if settings.augment is None else settings.augment
     optimizer = make_optimizer(model, settings, device)
@@ -114,25 +129,26 @@ def fit(
         correct = torch.zeros((), dtype=torch.int64, device=device)
         seen = 0
         step = epoch * steps_per_epoch
-        lr = settings.lr
+        lr, lr_sum = settings.lr, 0.0  # lr_sum: Σ lr_t over this epoch's steps (decay budget)
         for idx in batches(
             n, batch_size, generator=order, shuffle=True, drop_last=True, device=device
         ):
             lr = learning_rate(settings, step, steps_per_epoch)
             for group in optimizer.param_groups:
                 group["lr"] = lr
+            lr_sum += lr
             x, y = data.x_train[idx], data.y_train[idx]
             if augment:
                 x = random_crop_flip(x, aug_gen)
             with autocast:
                 logits = model(x).float()
-            loss = F.cross_entropy(logits, y, label_smoothing=settings.label_smoothing)
+            loss = task.loss(logits, y, label_smoothing=settings.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            loss_sum += loss.detach() * len(y)
-            correct += (logits.detach().argmax(1) == y).sum()
-            seen += len(y)
+            loss_sum += loss.detach() * y.numel()  # y.numel(): the batch's predictions
+            correct += task.correct(logits.detach(), y).sum()
+            seen += y.numel()
             step += 1
         train_loss = loss_sum.item() / max(1, seen)
         if not math.isfinite(train_loss):
@@ -145,9 +161,10 @@ def fit(
             "train_loss": train_loss,
             "train_accuracy": correct.item() / max(1, seen),
             "lr": lr,
+            "decay_budget": _decay_budget(history, epoch, lr_sum * settings.weight_decay),
         }
         if evaluate_test:
-            test = evaluate(model, data.x_test, data.y_test)
+            test = evaluate(model, data.x_test, data.y_test, task=task)
             record["test_loss"], record["test_accuracy"] = test["loss"], test["accuracy"]
         record["seconds"] = time.perf_counter() - start
         history.append(record)

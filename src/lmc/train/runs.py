@@ -1,9 +1,12 @@
-"""Store-backed training: configs, reuse of finished runs, resume, spawning."""
+"""Store-backed training: configs, reuse of finished runs, resume, spawning; the one PyTorch
+thread count every entry point trains with (:data:`DEFAULT_THREADS`)."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,37 @@ from .evaluate import evaluate
 from .loop import fit
 from .settings import TrainSettings
 from .tblog import TensorBoardLogger, chain_hooks, check_log_dir, require_tensorboard
+
+#: PyTorch CPU threads a training run uses unless told otherwise. ``lmc train`` (``--threads``)
+#: and every sweep job (``lmc sweep --threads``, :mod:`lmc.experiments.executors`) take their
+#: default from here, so one config gives the same weights, bit for bit, whichever command
+#: trained it: on CPU the thread count changes how matrix products and reductions are split,
+#: so float rounding (and after a few steps the weights) differs between thread counts. The
+#: count is not part of a run's config (adding it would rename every stored run); a run
+#: trained with another count lands in the same folder with other last bits.
+DEFAULT_THREADS = 1
+
+
+def check_threads(threads: Any) -> int:
+    """``threads`` as a positive int (``None``: :data:`DEFAULT_THREADS`), or ``LmcError``."""
+    if threads is None:
+        return DEFAULT_THREADS
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise LmcError(f"threads must be a positive whole number, got {threads!r}")
+    return threads
+
+
+@contextmanager
+def torch_threads(threads: int | None = None) -> Iterator[int]:
+    """Run the block with ``threads`` PyTorch threads (``None``: :data:`DEFAULT_THREADS`),
+    restoring the caller's count after; yields the count used."""
+    threads = check_threads(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
 
 
 def make_config(
@@ -120,7 +154,15 @@ def train_run(
     its folder) is said so on stderr, one line naming the file, and trained again in its
     folder. An interrupted one resumes from its last per-epoch checkpoint, ending
     bit-identical (on CPU) to an uninterrupted run; a checkpoint that is not whole is ignored
-    with a warning (training starts from scratch).
+    with a warning (training starts from scratch). What a killed writer left in the store
+    (stale temporary folders, :meth:`lmc.store.RunStore.tidy`) is tidied first.
+
+    Batches: each epoch is ``n // batch_size`` steps of ``batch_size`` examples drawn without
+    replacement from the ``n`` training examples (the last partial batch is dropped); a
+    ``batch_size`` above ``n`` is one step per epoch on all ``n`` (full batch), never zero
+    steps. Threads: training runs with the caller's PyTorch thread count; ``lmc train`` and
+    every sweep job set it to :data:`DEFAULT_THREADS` (wrap the call in
+    :func:`torch_threads` to get their bits from Python).
     """
     found = store.find_or_reopen(config, "training")
     if found is not None:
@@ -139,6 +181,8 @@ def train_run(
             download=download,
             **config.get("dataset_options", {}),
         )
+    if len(data.x_train) == 0:  # fit would take zero steps
+        raise LmcError(f"the training split of {config['dataset']} is empty: nothing to train on")
     run_dir = store.path_for(config)
     # a failure before the first whole checkpoint (a full disk) leaves no run folder behind
     with made_folder(run_dir, keep=lambda path: load_checkpoint(path) is not None):
@@ -216,10 +260,11 @@ def final_metrics(
 ) -> dict[str, Any]:
     """The ``metrics.json`` of a finished training run: the per-epoch ``history``, the final
     train and test loss (nats) and accuracy (fraction), the parameter count, the epoch it
-    resumed from (``None``), the wall time in seconds and the environment; ``extra`` keys
-    are added (e.g. who trained it)."""
-    train_eval = evaluate(model, data.x_train, data.y_train)
-    test_eval = evaluate(model, data.x_test, data.y_test)
+    resumed from (``None``), the wall time in seconds, the environment and ``decay_budget``
+    (Σ_t lr_t·wd over every step: the last epoch's, ``None`` if its history lacks it); ``extra``
+    keys are added (e.g. who trained it)."""
+    train_eval = evaluate(model, data.x_train, data.y_train, task=data.task)
+    test_eval = evaluate(model, data.x_test, data.y_test, task=data.task)
     return {
         "history": history,
         "final_train_loss": train_eval["loss"],
@@ -230,6 +275,7 @@ def final_metrics(
         "resumed_from_epoch": resumed_from_epoch,
         "wall_seconds": seconds,
         "environment": environment_info(device),
+        "decay_budget": history[-1].get("decay_budget") if history else None,
         **extra,
     }
 

@@ -42,6 +42,7 @@ EPOCH_TAGS = {
     "test_accuracy": "test/accuracy",
     "lr": "train/lr",
     "seconds": "time/epoch_seconds",
+    "decay_budget": "train/decay_budget",
 }
 INSTALL_HINT = "pip install 'lmc[tensorboard]'"
 
