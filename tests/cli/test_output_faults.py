@@ -188,3 +188,54 @@ def test_a_disk_that_fills_midway_leaves_nothing(verb, made, tmpfs, capsys):
     line = _one_line_exit_2(_argv(verb, made, target), capsys)
     assert str(point) in line and "no space" in line.lower()
     assert _listing(point) == {"filler"}
+
+
+# ---------------------------------------------------------------------------------------------
+# --out given as a symbolic link to a folder, and --out at a folder of other files
+
+# the verbs whose --out is a folder lmc writes (replaced whole, or written file by file)
+FOLDER_VERBS = ["interpolate", "analyze", "merge-out", "sweep", "report"]
+
+
+def _quiet_main(argv) -> int:
+    with warnings.catch_warnings():  # a tiny run's calibration warnings are not the point
+        warnings.simplefilter("ignore")
+        return main(argv)
+
+
+@pytest.mark.parametrize("verb", FOLDER_VERBS)
+def test_out_at_a_link_to_a_folder_writes_into_its_target(verb, made, tmp_path, capsys):
+    """The outputs land in the link's target; the link stays a link; nothing is left beside."""
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to("target")  # relative, as `ln -s target link` makes it
+    for _ in range(2):  # a second run replaces the first's outputs, through the link again
+        assert _quiet_main(_argv(verb, made, link)) == 0, capsys.readouterr().err
+        assert link.is_symlink() and os.readlink(link) == "target"
+        written = {p.name for p in target.iterdir()}
+        assert written and not any(name.startswith(".") for name in written), written
+        hidden = {p.name for p in tmp_path.iterdir() if p.name.startswith(".")}
+        assert hidden == set(), hidden  # no temporary or set-aside folder
+    marks = {"interpolate": "summary.json", "analyze": "summary.json", "merge-out": "merge.json",
+             "sweep": "study.json", "report": "report.md"}  # fmt: skip
+    assert marks[verb] in written
+
+
+@pytest.mark.parametrize("verb", ["interpolate", "analyze", "merge-out"])
+def test_out_at_a_folder_of_other_files_says_what_to_do(verb, made, tmp_path, capsys):
+    """Refused (lmc replaces its output folder whole), with the way out in the one line."""
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    line = _one_line_exit_2(_argv(verb, made, busy), capsys)
+    assert str(busy) in line and "holds other files" in line
+    assert "give a new or empty folder" in line
+    assert str(busy / "lmc-out") in line  # a concrete place to use instead
+    assert "or the folder an earlier run of this command wrote" in line
+    assert {p.name for p in busy.iterdir()} == {"notes.txt"}
+    assert (busy / "notes.txt").read_text() == "mine"
+    # the suggested place works, and so does running again into it (its outputs replaced)
+    for _ in range(2):
+        assert _quiet_main(_argv(verb, made, busy / "lmc-out")) == 0
+    assert (busy / "notes.txt").read_text() == "mine" and (busy / "lmc-out").is_dir()

@@ -1,17 +1,21 @@
-"""Weight matching's start and restarts in a study ([merge] weight_init, weight_restarts) and
-in `lmc align` (--init, --restarts): they reach the matching, and at their defaults they stay
-out of every identity, so earlier merges and aligned runs are reused."""
+"""Weight matching's start, restarts and solver in a study ([merge] weight_init,
+weight_restarts, weight_solver): they reach the matching, and at the values every earlier
+merge ran with (identity, 1, scipy; not the defaults onepass and auto) they stay out of the
+merge job's identity, so the committed studies, which pin them, keep their ids."""
 
 from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
-from lmc.config import LmcError
+from lmc.config import LmcError, config_hash
 from lmc.data import load
-from lmc.experiments import LocalExecutor, expand, resolve, run_study
+from lmc.experiments import LocalExecutor, expand, load_study, resolve, run_study
+from lmc.experiments.jobs import merge_identity
+from lmc.perm.lap import resolve_solver
 
 TINY = {
     "name": "tiny-wm",
@@ -30,23 +34,85 @@ def _with(**merge):
     return raw
 
 
-def test_defaults_stay_out_of_the_merge_id_and_other_values_enter_it():
+LATER_KEYS = ("weight_init", "weight_restarts", "weight_solver")
+
+
+def _old_rule_id(job: dict) -> str:
+    """A merge job's id as it was computed before weight matching's start, restarts and solver
+    were study keys: the hash of the job with none of them in its ``merge`` table."""
+    old = {k: v for k, v in job.items() if k != "id"}
+    old["merge"] = {k: v for k, v in job["merge"].items() if k not in LATER_KEYS}
+    return f"merge-{config_hash(old)}"
+
+
+def test_identity_start_and_scipy_keep_the_old_ids_and_other_values_enter_them():
     data = load("digits")
-    ids = {}
+    ids, jobs = {}, {}
     for key, raw in {
         "plain": TINY,
-        "defaults": _with(weight_init="identity", weight_restarts=1),
+        "pinned": _with(weight_init="identity", weight_restarts=1, weight_solver="scipy"),
         "onepass": _with(weight_init="onepass"),
-        "restarts": _with(weight_restarts=3),
+        "onepass-auto": _with(weight_init="onepass", weight_solver="auto"),
+        "identity-auto": _with(weight_init="identity"),
+        "restarts": _with(weight_init="identity", weight_solver="scipy", weight_restarts=3),
+        "sparse": _with(weight_init="identity", weight_solver="sparse"),
     }.items():
         _, merges = expand(resolve(raw), data)
-        ids[key] = merges[0]["id"]
-    assert ids["plain"] == ids["defaults"]
-    assert len({ids["plain"], ids["onepass"], ids["restarts"]}) == 3
+        ids[key], jobs[key] = merges[0]["id"], merges[0]
+    # the start and solver every committed merge ran with leave the id as it always was
+    assert ids["pinned"] == _old_rule_id(jobs["pinned"])
+    assert not set(LATER_KEYS) & set(jobs["pinned"]["merge"])
+    # the defaults (one-pass start, solver auto) are in the id: such merges are new jobs
+    assert ids["plain"] == ids["onepass-auto"] == ids["onepass"]
+    assert jobs["plain"]["merge"]["weight_init"] == "onepass"
+    assert jobs["plain"]["merge"]["weight_solver"] == "auto"
+    others = [ids[k] for k in ("plain", "identity-auto", "restarts", "sparse")]
+    assert len({ids["pinned"], *others}) == 5
+    for key in ("plain", "identity-auto", "restarts", "sparse"):
+        assert ids[key] != _old_rule_id(jobs[key])
     with pytest.raises(LmcError, match="'merge.weight_init'"):
         resolve(_with(weight_init="activation"))
     with pytest.raises(LmcError, match="'merge.weight_restarts'"):
         resolve(_with(weight_restarts=0))
+    with pytest.raises(LmcError, match="'merge.weight_solver'"):
+        resolve(_with(weight_solver="hungarian"))
+
+
+def test_lapx_asked_for_where_it_cannot_run_is_refused_before_anything_runs(monkeypatch):
+    from lmc.perm import lap
+
+    monkeypatch.setattr(lap, "lapx_problem", lambda: "the lapx package is not installed")
+    with pytest.raises(LmcError, match="'merge.weight_solver'.*not installed"):
+        resolve(_with(weight_solver="lapx"))
+    resolve(_with(weight_solver="lapx", methods=["none"]))  # no weight matching: not needed
+    assert lap.resolve_solver("auto") == "scipy"  # the default falls back to SciPy's
+
+
+def _width_studies(study: dict) -> list[dict]:
+    return [v["study"] for v in study["variants"]] if "variants" in study else [study]
+
+
+@pytest.mark.parametrize("where", ["recipes", "results"])
+def test_every_committed_study_with_weight_matching_pins_its_start_and_solver(where):
+    """Every packaged recipe and every committed study.toml that runs weight matching names
+    the start and solver its results ran with, so their merge ids (and numbers) hold."""
+    root = Path(__file__).resolve().parents[2]
+    paths = (
+        sorted((root / "src" / "lmc" / "recipes").glob("*.toml"))
+        if where == "recipes"
+        else sorted((root / "docs" / "results").glob("*/study.toml"))
+    )
+    checked = 0
+    for path in paths:
+        study, _ = load_study(path)
+        for one in _width_studies(study):
+            if "merge" not in one or "weight" not in one["merge"]["methods"]:
+                continue
+            checked += 1
+            merge = one["merge"]
+            assert (merge["weight_init"], merge["weight_solver"]) == ("identity", "scipy"), path
+            assert not set(LATER_KEYS) & set(merge_identity(merge)), path
+    assert checked >= 10
 
 
 def test_a_sweep_runs_weight_matching_with_the_asked_start_and_restarts(tmp_path):
@@ -56,6 +122,7 @@ def test_a_sweep_runs_weight_matching_with_the_asked_start_and_restarts(tmp_path
     (job,) = (tmp_path / "o" / "jobs").glob("merge-*.json")
     align = json.loads(job.read_text())["align"]
     assert align["settings"]["init"] == "onepass" and align["settings"]["restarts"] == 3
+    assert align["settings"]["solver"] == "auto" and align["solver"] == resolve_solver("auto")
     assert len(align["restart_objectives"]) == 3
     assert align["objective_after"] == pytest.approx(max(align["restart_objectives"]))
     assert record["status"] == "finished"

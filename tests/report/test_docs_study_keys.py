@@ -25,7 +25,15 @@ from lmc.data.dataset import SPLITS
 from lmc.data.synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 from lmc.experiments import study as study_module
 from lmc.experiments.jobs import expand
-from lmc.experiments.study import BN_MODES, METHODS, SCHEMA, SECTIONS, WEIGHT_INITS, resolve
+from lmc.experiments.study import (
+    BN_MODES,
+    METHODS,
+    SCHEMA,
+    SECTIONS,
+    WEIGHT_INITS,
+    WEIGHT_SOLVERS,
+    resolve,
+)
 from lmc.metrics import CALIBRATIONS
 from lmc.models import MODELS
 from lmc.models.layers import ACTIVATIONS, NORMS
@@ -52,6 +60,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("merge", "bn"): tuple(BN_MODES),
     ("merge", "calibration"): tuple(CALIBRATIONS),
     ("merge", "weight_init"): tuple(WEIGHT_INITS),
+    ("merge", "weight_solver"): tuple(WEIGHT_SOLVERS),
     ("train", "optimizer"): tuple(OPTIMIZERS),
     ("train", "schedule"): tuple(SCHEDULES),
     ("train", "precision"): tuple(PRECISIONS),

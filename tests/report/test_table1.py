@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from lmc.experiments.table import TABLE1_BARRIERS
+from lmc.metrics import BARRIER_BY_KEY, barriers
 from lmc.report import TABLE1_COLUMNS, table1
 
 
@@ -113,3 +115,28 @@ def test_pairs_without_midpoint_are_not_counted():
     rows = hand_rows() + [_row(2, 0.0, 0.5, 1.0), _row(2, 1.0, 0.5, 1.0)]
     (row,) = table1(rows)
     assert row["pairs"] == 2 and row["merged_accuracy_mean"] == pytest.approx(0.8)
+
+
+def test_table1_barriers_are_schema_keys_and_its_columns():
+    for key in TABLE1_BARRIERS:
+        assert key in BARRIER_BY_KEY
+        assert {f"{key}_mean", f"{key}_std"} <= set(TABLE1_COLUMNS)
+
+
+def test_missing_barrier_columns_are_lmc_metrics_barriers_of_the_path():
+    """Results written without the barrier columns give the numbers lmc.metrics computes."""
+    curves = {
+        "lambdas": [0.0, 0.5, 1.0],
+        "loss": [0.31, 0.83, 0.47],
+        "accuracy": [0.91, 0.62, 0.87],
+        "calibrated_loss": [0.29, 0.41, 0.33],
+    }
+    expected = barriers(curves)
+    rows = [
+        _row(0, lam, acc, loss, calibrated_loss=cal)
+        for lam, loss, acc, cal in zip(*curves.values())
+    ]
+    (row,) = table1(rows)
+    for key in TABLE1_BARRIERS:
+        assert row[f"{key}_mean"] == expected[key]  # the same formula, bit for bit
+        assert row[f"{key}_std"] == 0.0

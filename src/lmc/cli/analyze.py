@@ -10,6 +10,10 @@ is done by lmc.pair (the same code as a sweep's merge job). Prints a compact tab
 columns, a legend naming each one's record key under it); every record in full is in --json,
 and with --out in layers.csv, beside summary.json, units.safetensors and figures (cosines.png,
 moments.png, spectra.png).
+For two training runs, each run's initial weights are rebuilt from its init seed and the
+retention columns (init_coef_a/_b, init_share_a/_b, init_shared_energy_a/_b, init_shared_rank,
+init_shared_chance; docs/science.md, "Initialisation retention") are filled in, printed in a
+second table with each run's decay budget (settings.retention in --json).
 With --model-factory (or --hf-model) and --data, RUN_A and RUN_B are weight files of your own
 model.
 """
@@ -123,6 +127,67 @@ def legend() -> list[str]:
     return textwrap.wrap(text, TABLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
 
 
+#: The retention table's columns: (title, record key); the legend under it names each key.
+RETENTION_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("coef A", "init_coef_a"),
+    ("coef B", "init_coef_b"),
+    ("share A", "init_share_a"),
+    ("share B", "init_share_b"),
+    ("shared A", "init_shared_energy_a"),
+    ("shared B", "init_shared_energy_b"),
+    ("k", "init_shared_rank"),
+    ("chance", "init_shared_chance"),
+)
+
+
+def retention_inputs(pair: Any) -> tuple[tuple[dict, dict] | None, dict[str, Any] | None]:
+    """``(init_states, retention)`` of a pair of training runs: both initial states rebuilt
+    from the runs' configs, and per run its decay budget (``lmc.analysis.retention.run_decay``;
+    the training-set size read from the loaded data). ``(None, None)`` for weight files or a
+    run that is not a training run (aligned, merged)."""
+    from lmc.analysis.retention import SHARED_RANK_RULE, can_rebuild_init, initial_state, run_decay
+
+    runs = getattr(pair, "runs", None)
+    if not runs or not all(can_rebuild_init(run.config) for run in runs):
+        return None, None
+    size = len(pair.data.x_train)
+    meta = {side: run_decay(run, size) for side, run in zip(("a", "b"), runs)}
+    meta["shared_rank"] = SHARED_RANK_RULE
+    return (initial_state(runs[0].config), initial_state(runs[1].config)), meta
+
+
+def retention_table(records: list[dict[str, Any]], retention: dict[str, Any]) -> str:
+    """The printed retention summary: each run's decay budget and decay-only factor, then one
+    row per probe point with a weight (the first λ's records: retention does not depend on λ),
+    rows indented, and a legend naming each column's record key; fits in 100 columns."""
+    a, b = retention["a"], retention["b"]
+
+    def factor(side: dict) -> str:
+        return _short(side["decay_factor"]) if side["decay_factor"] is not None else "-"
+
+    lines = [
+        "Initial weights kept (W_0 rebuilt from init seeds; docs/science.md, Initialisation "
+        "retention):",
+        f"  decay budget sum_t lr_t*wd: A {_short(a['decay_budget'])}, "
+        f"B {_short(b['decay_budget'])}; decay alone would leave A {factor(a)}, "
+        f"B {factor(b)} of W_0",
+    ]
+    first = records[0]["lam"] if records else None
+    shown = [r for r in records if r["lam"] == first and r.get("init_coef_a") is not None]
+    header = ["layer", *(title for title, _ in RETENTION_COLUMNS)]
+    rows = [[_name(r["name"]), *(_short(r[key]) for _, key in RETENTION_COLUMNS)] for r in shown]
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(header)]
+    lines.append("  " + "  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    parts = "; ".join(f"{title} = {key}" for title, key in RETENTION_COLUMNS)
+    text = (
+        f"Columns: {parts} (coef <W_T,W_0>/|W_0|^2, share |cos(W_T,W_0)|, shared: W_0's energy "
+        "in the top-k singular subspaces of A_T + B_T, chance k^2/(rows*cols))."
+    )
+    lines += textwrap.wrap(text, TABLE_WIDTH, initial_indent="  ", subsequent_indent="  ")
+    return "\n".join(lines)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_pair_arguments(parser)
     add_lambdas_option(
@@ -184,8 +249,10 @@ def run(args: argparse.Namespace) -> int:
         check_output_place(args.out, replaces=OUTPUT_MARKS)  # before the work, not after it
     pair = load_inputs(args, "the analysis")
     model_a, model_b, data = pair.model_a, pair.model_b, pair.data
-    result = run_pair(model_a, model_b, data, settings, quiet=args.quiet)
+    init_states, retention = retention_inputs(pair)
+    result = run_pair(model_a, model_b, data, settings, quiet=args.quiet, init_states=init_states)
     meta = {**pair.meta, "environment": environment_info(module_device(model_a))}
+    meta["retention"] = retention
     data_summary = summary(result)
     data_summary["settings"].update(jsonable(meta))
     written = write_pair(result, args.out, data_summary) if args.out else []
@@ -201,6 +268,8 @@ def run(args: argparse.Namespace) -> int:
         f"Thm 5.4 Gaussian limit {data_summary['theory']['gaussian_relu_limit']:.4f}"
     )
     print(compact_table(analysis.records))
+    if retention is not None:
+        print(retention_table(analysis.records, retention))
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0

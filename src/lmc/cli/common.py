@@ -57,10 +57,41 @@ def emit_json(obj: Any) -> None:
 
 
 def parse_float_list(text: str, what: str) -> list[float]:
+    """The numbers of a comma-separated list (``"0.25,0.5"``; a trailing comma is allowed).
+    A list with no number in it (``""``, ``","``) or an item that is not a number is an
+    ``LmcError`` naming ``what``."""
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError as exc:
         raise LmcError(f"{what} must be comma-separated numbers, got {text!r}") from exc
+    if not values:
+        raise LmcError(f"{what} is empty: give one or more comma-separated numbers")
+    return values
+
+
+def number_list_type(what: str, *, count: bool = False):
+    """An argparse ``type`` that checks a comma-separated list option at parse time, so an
+    empty or malformed value (``--lambdas ""``) is a one-line usage error (exit 2) before any
+    work; it returns the text unchanged (the verb parses it). ``count``: a whole number alone
+    (a number of evenly spaced points) is allowed too."""
+
+    alone = " (or a whole number of points)" if count else ""
+
+    def check(text: str) -> str:
+        if count and text.strip().isdigit():
+            return text
+        try:
+            parse_float_list(text, what)
+        except LmcError:
+            if not text.replace(",", "").strip():
+                message = f"empty: give one or more comma-separated numbers{alone}"
+            else:
+                message = f"{text!r} is not a comma-separated list of numbers{alone}"
+            raise argparse.ArgumentTypeError(message) from None
+        return text
+
+    check.__name__ = what  # argparse names the type in some messages
+    return check
 
 
 def dataset_for_config(config: dict[str, Any], args: argparse.Namespace, device: torch.device):
@@ -175,9 +206,20 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_lambdas_option(parser: argparse.ArgumentParser, default: str, help: str) -> None:
-    """The λ option, named --lambdas in every verb (--lam is an alias)."""
-    parser.add_argument("--lambdas", "--lam", dest="lambdas", default=default, help=help)
+def add_lambdas_option(
+    parser: argparse.ArgumentParser, default: str, help: str, *, count: bool = False
+) -> None:
+    """The λ option, named --lambdas in every verb (--lam is an alias): a comma-separated list
+    of λ (``count``: or a whole number of evenly spaced points), checked when parsed (an empty
+    list is a usage error)."""
+    parser.add_argument(
+        "--lambdas",
+        "--lam",
+        dest="lambdas",
+        default=default,
+        type=number_list_type("--lambdas", count=count),
+        help=help,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

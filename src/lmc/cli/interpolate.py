@@ -38,6 +38,7 @@ from .common import (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lmc.merge import BN_MODES
+    from lmc.metrics import CALIBRATE_DEFAULTS
     from lmc.pair import BASELINES
 
     add_pair_arguments(parser)
@@ -60,12 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "11",
         "number of evenly spaced λ from 0 to 1, or a comma-separated list; 0, 0.5 and 1 are "
         "always added (default 11)",
+        count=True,
     )
     parser.add_argument(
         "--calibrate",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=CALIBRATE_DEFAULTS["path"],
         help="fit a softmax inverse temperature per λ and report calibrated losses (how: "
-        "--calibration)",
+        f"--calibration; default {'on' if CALIBRATE_DEFAULTS['path'] else 'off'})",
     )
     parser.add_argument(
         "--calibration",
@@ -252,5 +255,4 @@ def _barrier_lines(summary: dict[str, Any]) -> str:
     from lmc.metrics import BARRIER_KEYS
 
     keys = [k for k in BARRIER_KEYS if summary.get(k) is not None]
-    keys += [k for k in ("heldout_midpoint_loss_barrier",) if summary.get(k) is not None]
     return "\n".join(f"  {k:34s} {summary[k]: .4f}" for k in keys)

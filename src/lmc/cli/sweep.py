@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmc.experiments import list_recipes, load_study, make_executor, run_study
+from lmc.experiments import RunOptions, list_recipes, load_study, make_executor, run_study
+from lmc.train.runs import DEFAULT_THREADS
 
 from .common import add_data_options, add_device_option, add_runs_dir_option, emit_json
 from .train import add_log_options, log_dir_from
@@ -40,10 +41,11 @@ def add_execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         type=int,
-        default=1,
-        help="PyTorch threads per job (default: 1). Results are bit-identical for any --workers "
-        "at the same --threads; more threads speed up wide models (e.g. --workers 1 --threads 2 "
-        "on 2 cores) but change float rounding, so compare results made with the same value",
+        default=DEFAULT_THREADS,
+        help=f"PyTorch threads per job (default: {DEFAULT_THREADS}, as lmc train). Results are "
+        "bit-identical for any --workers at the same --threads; more threads speed up wide "
+        "models (e.g. --workers 1 --threads 2 on 2 cores) but change float rounding, so compare "
+        "results made with the same value",
     )
     parser.add_argument(
         "--address",
@@ -90,18 +92,17 @@ def execute(study: dict, text: str | None, out: Path, args: argparse.Namespace) 
         num_gpus=args.num_gpus,
         threads=args.threads,
     )
-    record = run_study(
-        study,
-        out,
+    options = RunOptions(
         executor=executor,
         runs_dir=args.runs_dir,
         device=device,
         data_dir=args.data_dir,
         download=args.download,
         quiet=args.quiet,
-        toml_text=text,
         log_dir=log_dir,
+        toml_text=text,
     )
+    record = run_study(study, out, options)
     if not args.no_report:
         from lmc.report import write_report
 

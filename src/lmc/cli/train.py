@@ -5,17 +5,24 @@ its options, the training recipe, both seeds). A finished run with the same conf
 an interrupted one resumes from its last epoch. The run folder is the last line on stdout.
 With --log tensorboard each trained epoch's scalars go to LOG_DIR/<run folder name> (logging
 does not change the run's config or folder).
+
+Each epoch is N // --batch-size steps over the N training examples (the last partial batch is
+dropped); a --batch-size above N is one full-batch step per epoch, never zero steps (a note on
+stderr says so). Training uses --threads PyTorch threads, default 1 as in every sweep job, so
+a run's weights are bit for bit what `lmc sweep` makes for the same config.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from lmc.config import LmcError
 from lmc.data import DATASETS
 from lmc.models import MODELS, get_model
 from lmc.models.layers import ACTIVATIONS, NORMS
+from lmc.models.registry import width_summary
 from lmc.models.vit import POOLS
 from lmc.store import RunStore, default_runs_dir, load_run
 from lmc.train import (
@@ -27,6 +34,7 @@ from lmc.train import (
     spawn_config,
     train_run,
 )
+from lmc.train.runs import DEFAULT_THREADS, check_threads, torch_threads
 from lmc.train.tblog import check_log_dir, require_tensorboard
 
 from .common import (
@@ -67,8 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--width",
         type=float,
         default=None,
-        help="MLP: hidden units (default 512); VGG/ResNet: channel multiplier over the "
-        "standard base widths (default 1); ViT: embedding dimension (default 128)",
+        help=width_summary(),  # what width means, from the model registry
     )
     model.add_argument(
         "--depth",
@@ -120,7 +127,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     recipe = parser.add_argument_group("training recipe")
     recipe.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="epochs")
-    recipe.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="batch size")
+    recipe.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULTS.batch_size,
+        help="examples per step; each epoch is N // B steps over the N training examples (the "
+        "last partial batch dropped), and a batch size above N is one full-batch step per "
+        f"epoch (default: {DEFAULTS.batch_size})",
+    )
     recipe.add_argument(
         "--optimizer",
         default=DEFAULTS.optimizer,
@@ -210,6 +224,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_log_options(parser, "the run store's tb folder (RUNS_DIR/tb)")
     add_data_options(parser)
     add_device_option(parser)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        metavar="N",
+        help=f"PyTorch CPU threads (default: {DEFAULT_THREADS}, as every sweep job, so the run's "
+        "weights are bit for bit those `lmc sweep` makes for the same config; more threads are "
+        "faster on wide models but change float rounding, and the run's folder does not record "
+        "them)",
+    )
     add_output_options(parser)
 
 
@@ -315,7 +339,20 @@ def dataset_options_from_args(args: argparse.Namespace) -> dict:
     return options
 
 
+def note_full_batch(config: dict, data, quiet: bool) -> None:
+    """One line on stderr when the batch size exceeds the training split (each epoch is then
+    one full-batch step; see lmc.train.train_run)."""
+    batch_size, n = config["train"]["batch_size"], len(data.x_train)
+    if batch_size > n and not quiet:
+        print(
+            f"lmc train: note: --batch-size {batch_size} is more than the {n} training "
+            f"examples of {config['dataset']}: each epoch is one full-batch step on all {n}",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    threads = check_threads(args.threads)
     runs_dir = Path(args.runs_dir) if args.runs_dir is not None else default_runs_dir()
     log_dir = log_dir_from(args, runs_dir / "tb")
     device = device_from(args)
@@ -329,9 +366,11 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args, data)
     data = data or dataset_for_config(config, args, device)
     store = RunStore(runs_dir)
-    run_result, reused = train_run(
-        config, store=store, device=device, quiet=args.quiet, data=data, log_dir=log_dir
-    )
+    note_full_batch(config, data, args.quiet)
+    with torch_threads(threads):  # the sweep's count: the same bits from either command
+        run_result, reused = train_run(
+            config, store=store, device=device, quiet=args.quiet, data=data, log_dir=log_dir
+        )
     metrics = run_result.metrics
     if args.json:
         emit_json(

@@ -3,11 +3,11 @@ Ray executor, reusing finished runs, and written as a tidy results table.
 
 >>> from lmc.experiments import load_study, run_study
 >>> study, text = load_study("lewc-digits-mlp")        # a packaged recipe, or a path
->>> run_study(study, "out/lewc-digits-mlp", toml_text=text)
+>>> run_study(study, "out/lewc-digits-mlp", toml_text=text)  # or RunOptions(toml_text=text)
 """
 
 from .cells import read_csv
-from .executors import LocalExecutor, RayExecutor, make_executor
+from .executors import LocalExecutor, RayExecutor, RunOptions, make_executor
 from .jobs import Context, expand, run_job
 from .results import write_results
 from .runner import run_study
@@ -19,6 +19,7 @@ __all__ = [
     "Context",
     "LocalExecutor",
     "RayExecutor",
+    "RunOptions",
     "expand",
     "list_recipes",
     "load_study",

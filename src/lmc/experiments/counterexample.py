@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lmc.config import LmcError, check_int, check_number
+from lmc.data.tasks import CLASSIFICATION, Task
 from lmc.merge import lerp
 from lmc.metrics import accuracy_barrier, lambda_grid, loss_barrier, max_minus_mean_loss
 from lmc.models import build
@@ -138,9 +138,13 @@ class PermutedPath:
 
 
 @torch.no_grad()
-def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+def _evaluate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: Task = CLASSIFICATION
+) -> tuple[float, float]:
+    """The task's mean loss (nats) and accuracy (fraction) of ``model`` on ``(x, y)``, from
+    float64 logits (the counterexample is a classification task)."""
     logits = model(x).double()
-    return F.cross_entropy(logits, y).item(), (logits.argmax(1) == y).double().mean().item()
+    return task.loss(logits, y).item(), task.accuracy(logits, y)
 
 
 @torch.no_grad()

@@ -28,19 +28,16 @@ The study file::
 from __future__ import annotations
 
 import sys
-import time
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-from lmc.config import LmcError, check_int, check_number, config_hash, environment_info
+from lmc.config import LmcError, check_int, check_number, config_hash
 from lmc.metrics import lambda_grid
-from lmc.store import made_folder, output_files, read_json, write_json, write_text
 
 from .counterexample import SCALE, counterexample_paths
+from .executors import RunOptions
+from .kind_run import StudyRecord, reuse_or_run, write_tables
 from .kind_settings import header, table, where
-from .kinds import ExperimentKind, register_kind
-from .results import write_csv
-from .runner import holds_finished_jobs, now_utc
 
 KIND = "counterexample"
 #: key -> (allowed types, default) of the ``[counterexample]`` table.
@@ -110,69 +107,31 @@ def _compute(settings: dict[str, Any]) -> dict[str, Any]:
     return {"paths": path_rows, "barriers": barrier_rows}
 
 
-def run_counterexample(
-    study: dict[str, Any],
-    out: str | Path,
-    *,
-    toml_text: str | None = None,
-    quiet: bool = False,
-    **_unused: Any,
-) -> dict[str, Any]:
-    """Run a resolved counterexample study into ``out`` (module docstring); returns the
-    contents of ``study.json``. The computation (seconds on a CPU) always runs on the CPU;
-    the execution options of a width study (executor, device, run store) do not apply."""
-    out = Path(out)
+#: The result tables (:mod:`lmc.experiments.kind_run`): key -> (file, leading columns).
+OUTPUTS = {"paths": ("paths.csv", PATH_COLUMNS), "barriers": ("barriers.csv", BARRIER_COLUMNS)}
+
+
+def run_counterexample(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
+    """Run a resolved counterexample study into ``options.out`` (module docstring); returns
+    the contents of ``study.json``. The computation (seconds on a CPU) always runs on the
+    CPU; the other execution options (executor, device, run store) do not apply."""
     settings = study[KIND]
     job = {"type": KIND, **settings}
     job_id = f"{KIND}-{config_hash(job)}"
-    with made_folder(out, keep=holds_finished_jobs):
-        started, wall = now_utc(), time.perf_counter()
-        job_file = out / "jobs" / f"{job_id}.json"
-        if job_file.is_file():
-            result, reused = read_json(job_file, "counterexample job"), True
-        else:
-            begun = time.perf_counter()
-            result = _compute(settings)
-            result["seconds"] = time.perf_counter() - begun
-            (out / "jobs").mkdir(parents=True, exist_ok=True)
-            write_json(job_file, {"id": job_id, "job": job, **result})
-            reused = False
-        if toml_text is not None:
-            write_text(out / "study.toml", toml_text)
-        files = {"paths": "paths.csv", "barriers": "barriers.csv"}
-        with output_files(out, list(files.values())) as stage:
-            write_csv(stage / files["paths"], result["paths"], PATH_COLUMNS)
-            write_csv(stage / files["barriers"], result["barriers"], BARRIER_COLUMNS)
-        record = {
-            "name": study["name"],
-            "description": study["description"],
-            "experiment": KIND,
-            "config": study,
-            "environment": environment_info("cpu"),
-            "started": started,
-            "finished": now_utc(),
-            "wall_seconds": time.perf_counter() - wall,
-            "jobs": {"total": 1, "reused": int(reused), "run": int(not reused)},
-            "job_ids": [job_id],
-            "files": files,
-            "status": "finished",
-        }
-        write_json(out / "study.json", record)
-    if not quiet:
+    record = StudyRecord(study, options, "cpu")
+    record.running()
+    result, reused = reuse_or_run(options.out, job_id, job, partial(_compute, settings))
+    files = write_tables(
+        options.out, OUTPUTS, {"paths": result["paths"], "barriers": result["barriers"]}
+    )
+    finished = record.finished(
+        {"total": 1, "reused": int(reused), "run": int(not reused)}, files, job_ids=[job_id]
+    )
+    if not options.quiet:
         worst = min(row["max_minus_mean_loss"] for row in result["barriers"])
         print(
             f"{KIND}: {len(result['barriers'])} permutations, smallest barrier "
             f"{worst:.4f} nats{' (reused)' if reused else ''}",
             file=sys.stderr,
         )
-    return record
-
-
-COUNTEREXAMPLE = register_kind(
-    ExperimentKind(
-        name=KIND,
-        summary="Git Re-Basin App. A.6: two perfect solutions no permutation connects",
-        resolve=resolve_counterexample,
-        run=run_counterexample,
-    )
-)
+    return finished

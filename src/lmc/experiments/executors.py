@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 from lmc.config import LmcError
 
@@ -83,8 +85,10 @@ def _torch_threads(threads: int):
 
 
 def _check_threads(threads: int | None) -> int:
-    if threads is None:
-        return 1
+    if threads is None:  # lmc train's count too: one config, the same bits from either
+        from lmc.train.runs import DEFAULT_THREADS
+
+        return DEFAULT_THREADS
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise LmcError(f"threads must be a positive whole number, got {threads!r}")
     return threads
@@ -212,3 +216,60 @@ def make_executor(
 
 Executor = LocalExecutor | RayExecutor
 ProgressFn = Callable[[dict, dict], None]
+
+
+@dataclass(frozen=True)
+class RunOptions(Context):
+    """How a study runs (nothing here changes a result): the jobs' :class:`Context` (derived
+    from it, so its fields are listed once) and what only a study's runner uses.
+
+    Beside :class:`Context`'s fields: ``executor`` (default: a local pool of one process per
+    CPU core), ``toml_text`` (the study file's text, copied to ``study.toml``). Differences:
+    ``runs_dir`` ``None`` is the default run store (:func:`lmc.store.default_runs_dir`, read
+    when the jobs' context is made), ``out_dir`` is the study's output folder (set by
+    :func:`lmc.experiments.run_study`), ``quiet`` defaults to ``False`` (progress bars and job
+    lines on) and ``log_dir`` is made absolute. Every experiment kind's runner takes one
+    (:mod:`lmc.experiments.kinds`); :meth:`job_context` is what ships to the jobs.
+    """
+
+    runs_dir: str | None = None  # type: ignore[assignment]
+    out_dir: str = ""
+    quiet: bool = False
+    executor: Executor | None = None
+    toml_text: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.runs_dir is not None:
+            object.__setattr__(self, "runs_dir", str(self.runs_dir))
+        object.__setattr__(self, "out_dir", str(self.out_dir))
+        if self.log_dir is not None:
+            object.__setattr__(self, "log_dir", str(Path(self.log_dir).absolute()))
+        if self.executor is None:
+            object.__setattr__(self, "executor", LocalExecutor())
+
+    @property
+    def out(self) -> Path:
+        """The study's output folder."""
+        if not self.out_dir:
+            raise LmcError("RunOptions.out_dir is not set: run studies with run_study")
+        return Path(self.out_dir)
+
+    @property
+    def workers(self) -> int:
+        """Jobs the executor runs at once (a Ray executor counts as several)."""
+        return getattr(self.executor, "workers", 2)
+
+    @property
+    def threads(self) -> int:
+        """PyTorch threads per job (the executor's ``threads``)."""
+        return getattr(self.executor, "threads", 1) or 1
+
+    def job_context(self) -> Context:
+        """The jobs' context: the run store resolved, and the jobs' own progress lines off
+        with several workers (they would interleave)."""
+        from lmc.store import default_runs_dir
+
+        values = {f.name: getattr(self, f.name) for f in fields(Context)}
+        values["runs_dir"] = str(self.runs_dir or default_runs_dir())
+        values["quiet"] = self.quiet or self.workers > 1
+        return Context(**values)

@@ -115,7 +115,7 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
                         "run_b": config_b,
                         "method": method,
                         "split": study["data"]["split"],
-                        "merge": merge_identity(study["merge"]),
+                        "merge": merge_identity(study["merge"], method),
                         "analysis": study["analysis"],
                         "labels": {**labels, "method": method},
                     }
@@ -126,14 +126,24 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
     return list(train_jobs.values()), merge_jobs
 
 
-#: ``[merge]`` keys added after results were committed: at their defaults they stay out of a
-#: merge job's identity, so the ids of earlier studies hold.
-LATER_MERGE_KEYS = {"weight_init": "identity", "weight_restarts": 1}
+#: ``[merge]`` keys added after results were committed, with the value every earlier merge ran
+#: with: at that value they stay out of a merge job's identity, so the ids of earlier studies
+#: hold. Not their defaults: weight matching now starts from the one-pass answer (``onepass``)
+#: and its solver is ``auto``, which enter the ids, so such merges never reuse earlier ones.
+LATER_MERGE_KEYS = {"weight_init": "identity", "weight_restarts": 1, "weight_solver": "scipy"}
 
 
-def merge_identity(merge: dict[str, Any]) -> dict[str, Any]:
-    """The ``[merge]`` table as a merge job records it (and hashes it into its id)."""
-    return {k: v for k, v in merge.items() if LATER_MERGE_KEYS.get(k, object()) != v}
+def merge_identity(merge: dict[str, Any], method: str | None = None) -> dict[str, Any]:
+    """The ``[merge]`` table as a merge job of ``method`` records it (and hashes it into its id).
+
+    The weight-matching keys of :data:`LATER_MERGE_KEYS` enter only the ids of ``weight``
+    merges (another method never reads them), and there only when they differ from the value
+    earlier merges ran with."""
+    return {
+        k: v
+        for k, v in merge.items()
+        if k not in LATER_MERGE_KEYS or (method in (None, "weight") and LATER_MERGE_KEYS[k] != v)
+    }
 
 
 def describe(job: dict) -> str:
@@ -202,8 +212,10 @@ def _align_options(merge: dict[str, Any], method: str) -> dict[str, Any]:
     if method == "ste":
         return {"steps": merge["ste_steps"]}
     if method == "weight":
-        return {"init": merge.get("weight_init", "identity"),
-                "restarts": merge.get("weight_restarts", 1)}  # fmt: skip
+        # a key missing from a job's table is at its LATER_MERGE_KEYS value (left out of the id)
+        given = {**LATER_MERGE_KEYS, **merge}
+        return {"init": given["weight_init"], "restarts": given["weight_restarts"],
+                "solver": given["weight_solver"]}  # fmt: skip
     return {}
 
 
@@ -224,8 +236,9 @@ def pair_settings(job: dict[str, Any]):
             bn=merge["bn"],
             seed=merge["align_seed"],
             calibrate=merge["calibrate"],
-            calibration=merge.get("calibration", "auto"),
-            calibration_folds=merge.get("calibration_folds", 5),
+            # a job without these keys gets PathSettings' defaults
+            calibration=merge.get("calibration", PathSettings.calibration),
+            calibration_folds=merge.get("calibration_folds", PathSettings.calibration_folds),
             calibration_seed=merge["calibration_seed"],
         ),
         analysis=AnalysisOptions(

@@ -10,7 +10,7 @@ from typing import Any
 from lmc.config import LmcError, check_int, check_number
 from lmc.metrics.ece import DEFAULT_BINS
 
-from .kind_settings import header, resolve_data, resolve_model, resolve_train, table, where
+from .kind_settings import resolve_trained, table, where
 
 KIND = "merge-many"
 TOP_LEVEL = ("name", "description", "experiment", "data", "model", "train", "merge_many", "sets")
@@ -90,21 +90,18 @@ def _resolve_set(entry: Any, i: int, num_classes: int | None, source: str | None
 def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     """Check a parsed merge-many study and fill in its defaults (module docstring)."""
     at = where(source)
-    name, description = header(raw, KIND, TOP_LEVEL, source)
-    data = resolve_data(raw.get("data", {}), source)
+    study = resolve_trained(raw, KIND, TOP_LEVEL, source)
     for key in ("train_size", "label_parts", "label_part", "subset_seed"):
-        if key in data["options"]:
+        if key in study["data"]["options"]:
             raise LmcError(
                 f"'data.options.{key}'{at}: each set chooses its models' "
                 "training data ([[sets]] subset)"
             )
-    model = resolve_model(raw.get("model", {}), data, "[merge_many]", source)
-    train = resolve_train(raw.get("train", {}), "[merge_many]", source)
     settings = table(raw.get("merge_many", {}), SETTINGS, "merge_many", source)
     from lmc.models import get_model
 
     try:
-        get_model(model["name"]).width_value(settings["width"])
+        get_model(study["model"]["name"]).width_value(settings["width"])
     except LmcError as exc:
         raise LmcError(f"'merge_many.width'{at}: {exc}") from None
     check_number(f"'merge_many.weight_decay'{at}", settings["weight_decay"], minimum=0.0)
@@ -121,21 +118,12 @@ def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[s
     sets = raw.get("sets")
     if not isinstance(sets, list) or not sets:
         raise LmcError(f"'sets'{at}: give at least one [[sets]] table (name, models, ...)")
-    classes = _num_classes(data)
+    classes = _num_classes(study["data"])
     resolved = [_resolve_set(entry, i, classes, source) for i, entry in enumerate(sets)]
     names = [s["name"] for s in resolved]
     if len(set(names)) != len(names):
         raise LmcError(f"'sets'{at}: set names must differ, got {names}")
-    return {
-        "name": name,
-        "description": description,
-        "experiment": KIND,
-        "data": data,
-        "model": model,
-        "train": train,
-        "merge_many": settings,
-        "sets": resolved,
-    }
+    return {**study, "merge_many": settings, "sets": resolved}
 
 
 def _num_classes(data: dict[str, Any]) -> int | None:

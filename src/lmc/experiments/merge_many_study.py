@@ -31,30 +31,20 @@ merged / reference, ``method`` for merges, ``index`` for models, ``run``, ``test
 from __future__ import annotations
 
 import sys
-import time
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import torch
 
-from lmc.config import LmcError, config_hash, environment_info
+from lmc.config import LmcError, config_hash
 from lmc.data import load
-from lmc.store import (
-    RunStore,
-    made_folder,
-    output_files,
-    read_json,
-    write_json,
-    write_text,
-)
+from lmc.store import RunStore
 from lmc.train import make_config
 
-from .executors import Executor
+from .executors import RunOptions
 from .jobs import Context, describe, is_done
-from .kinds import ExperimentKind, register_kind
-from .merge_many_settings import KIND, REFERENCE_SEED, resolve_merge_many
-from .results import write_csv
-from .runner import holds_finished_jobs, job_context, now_utc
+from .kind_run import StudyRecord, load_data, reuse_or_run, write_tables
+from .merge_many_settings import KIND, REFERENCE_SEED
 
 MODEL_COLUMNS = [
     "set",
@@ -70,6 +60,11 @@ MODEL_COLUMNS = [
     "train_examples",
 ]
 RELIABILITY_COLUMNS = ["set", "label", "bin", "lower", "upper", "count", "confidence", "accuracy"]
+#: The result tables (:mod:`lmc.experiments.kind_run`): key -> (file, leading columns).
+OUTPUTS = {
+    "models": ("models.csv", MODEL_COLUMNS),
+    "reliability": ("reliability.csv", RELIABILITY_COLUMNS),
+}
 
 
 # ---- jobs -------------------------------------------------------------------------------------
@@ -271,125 +266,52 @@ def evaluate_set(job: dict, ctx: Context) -> dict[str, Any]:
     return {"id": job["id"], "set": job["set"]["name"], "models": rows, "reliability": curves}
 
 
-def run_merge_many(
-    study: dict[str, Any],
-    out: str | Path,
-    *,
-    executor: Executor | None = None,
-    runs_dir: str | Path | None = None,
-    device: str = "cpu",
-    data_dir: str | None = None,
-    download: bool = False,
-    quiet: bool = False,
-    toml_text: str | None = None,
-    log_dir: str | None = None,
-    **_unused: Any,
-) -> dict[str, Any]:
+def run_merge_many(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
     """Train what the run store lacks, evaluate every set not evaluated yet, write the files
     (module docstring); returns the contents of ``study.json``."""
-    out = Path(out)
-    executor, ctx = job_context(
-        out,
-        executor=executor,
-        runs_dir=runs_dir,
-        device=device,
-        data_dir=data_dir,
-        download=download,
-        quiet=quiet,
-        log_dir=log_dir,
+    out, ctx, executor = options.out, options.job_context(), options.executor
+    record = StudyRecord(
+        study, options, options.device, executor=executor.name, runs_dir=ctx.runs_dir
     )
-    with made_folder(out, keep=holds_finished_jobs):
-        started, wall = now_utc(), time.perf_counter()
-        data = load(
-            study["data"]["dataset"],
-            data_dir=data_dir,
-            download=download,
-            **study["data"]["options"],
-        )
-        train_jobs, set_jobs = expand_merge_many(study, data)
-        del data
-        if toml_text is not None:
-            write_text(out / "study.toml", toml_text)
-        record: dict[str, Any] = {
-            "name": study["name"],
-            "description": study["description"],
-            "experiment": KIND,
-            "config": study,
-            "environment": environment_info(device),
-            "executor": executor.name,
-            "runs_dir": ctx.runs_dir,
-            "started": started,
-        }
-        write_json(out / "study.json", {**record, "status": "running"})
-        counts = {"total": len(train_jobs) + len(set_jobs), "reused": 0, "run": 0}
-        pending = []
-        for job in train_jobs:
-            if is_done(job, ctx):
-                counts["reused"] += 1
-            else:
-                pending.append(job)
-        if pending:
-            RunStore(ctx.runs_dir).check_writable()
-        for job, summary, error in executor.map(pending, ctx):
-            if error is not None:
-                write_json(
-                    out / "study.json",
-                    {**record, "status": "failed", "failures": [f"{describe(job)}: {error}"]},
-                )
-                raise LmcError(
-                    f"{describe(job)} failed: {error} (fix it and re-run: finished runs are kept)"
-                )
-            counts["reused" if summary.get("reused") else "run"] += 1
-            _say(quiet, f"done: {describe(job)} ({summary['seconds']:.1f} s)")
-        results = []
-        (out / "jobs").mkdir(parents=True, exist_ok=True)
-        for job in set_jobs:
-            path = out / "jobs" / f"{job['id']}.json"
-            if path.is_file():
-                results.append(read_json(path, "merge-many job"))
-                counts["reused"] += 1
-                continue
-            begun = time.perf_counter()
-            result = evaluate_set(job, ctx)
-            result["seconds"] = time.perf_counter() - begun
-            write_json(path, result)
-            results.append(result)
-            counts["run"] += 1
-            _say(quiet, f"done: set {job['set']['name']} ({result['seconds']:.1f} s)")
-        files = {"models": "models.csv", "reliability": "reliability.csv"}
-        with output_files(out, list(files.values())) as stage:
-            write_csv(
-                stage / files["models"],
-                [{"set": r["set"], **row} for r in results for row in r["models"]],
-                MODEL_COLUMNS,
+    data = load_data(study, options)
+    train_jobs, set_jobs = expand_merge_many(study, data)
+    del data
+    record.running()
+    counts = {"total": len(train_jobs) + len(set_jobs), "reused": 0, "run": 0}
+    pending = []
+    for job in train_jobs:
+        if is_done(job, ctx):
+            counts["reused"] += 1
+        else:
+            pending.append(job)
+    if pending:
+        RunStore(ctx.runs_dir).check_writable()
+    for job, summary, error in executor.map(pending, ctx):
+        if error is not None:
+            record.failed([f"{describe(job)}: {error}"])
+            raise LmcError(
+                f"{describe(job)} failed: {error} (fix it and re-run: finished runs are kept)"
             )
-            write_csv(
-                stage / files["reliability"],
-                [{"set": r["set"], **row} for r in results for row in r["reliability"]],
-                RELIABILITY_COLUMNS,
-            )
-        record.update(
-            status="finished",
-            finished=now_utc(),
-            wall_seconds=time.perf_counter() - wall,
-            jobs=counts,
-            files=files,
-        )
-        write_json(out / "study.json", record)
-    return record
+        counts["reused" if summary.get("reused") else "run"] += 1
+        _say(options.quiet, f"done: {describe(job)} ({summary['seconds']:.1f} s)")
+    results = []
+    for job in set_jobs:
+        result, reused = reuse_or_run(out, job["id"], job, partial(evaluate_set, job, ctx))
+        results.append(result)
+        counts["reused" if reused else "run"] += 1
+        if not reused:
+            _say(options.quiet, f"done: set {job['set']['name']} ({result['seconds']:.1f} s)")
+    files = write_tables(
+        out,
+        OUTPUTS,
+        {
+            "models": [{"set": r["set"], **row} for r in results for row in r["models"]],
+            "reliability": [{"set": r["set"], **row} for r in results for row in r["reliability"]],
+        },
+    )
+    return record.finished(counts, files)
 
 
 def _say(quiet: bool, text: str) -> None:
     if not quiet:
         print(text, file=sys.stderr, flush=True)
-
-
-MERGE_MANY = register_kind(
-    ExperimentKind(
-        name=KIND,
-        summary="Git Re-Basin §5.4 / App. A.10: merge N models (all data, random halves, "
-        "split by label) against each model, their ensemble and a model on all the data",
-        resolve=resolve_merge_many,
-        run=run_merge_many,
-    )
-)

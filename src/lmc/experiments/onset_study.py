@@ -64,39 +64,23 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import torch
 
-from lmc.config import (
-    LmcError,
-    check_int,
-    check_number,
-    config_hash,
-    environment_info,
-    resolve_device,
-)
-from lmc.data import Dataset, load
-from lmc.metrics import lambda_grid
+from lmc.config import LmcError, check_int, check_number, config_hash, resolve_device
+from lmc.data import Dataset
+from lmc.metrics import BARRIER_KEYS, CALIBRATE_DEFAULTS, lambda_grid
 from lmc.models import build, get_model
-from lmc.store import (
-    RunStore,
-    default_runs_dir,
-    made_folder,
-    output_files,
-    read_json,
-    write_json,
-    write_text,
-)
+from lmc.store import RunStore
 from lmc.train import TrainSettings, make_config
 from lmc.train.loop import fit
 from lmc.train.runs import final_metrics, settings_of
 
-from .kind_settings import header, resolve_data, resolve_model, resolve_train, table, where
-from .kinds import ExperimentKind, register_kind
-from .results import write_csv
-from .runner import holds_finished_jobs, now_utc
+from .executors import RunOptions, _torch_threads
+from .kind_run import StudyRecord, load_data, reuse_or_run, write_tables
+from .kind_settings import MAX_TRAINING_RUNS, resolve_trained, table, where
 
 KIND = "onset"
 #: key -> (allowed types, default) of the ``[onset]`` table; ``...``: required; ``None`` for
@@ -109,26 +93,11 @@ SETTINGS: dict[str, tuple[tuple[type, ...], Any]] = {
     "epochs": ((list,), None),
     "methods": ((list,), ["none", "weight"]),
     "lambdas": ((int, list), 11),
-    "calibrate": ((bool,), False),
+    "calibrate": ((bool,), CALIBRATE_DEFAULTS["onset"]),
     "align_seed": ((int,), 0),
     "align_examples": ((int,), 2000),
 }
 TOP_LEVEL = ("name", "description", "experiment", "data", "model", "train", KIND)
-#: The barriers recorded per path (:func:`lmc.metrics.barriers`; calibrated and held-out ones
-#: empty unless ``calibrate``).
-BARRIER_KEYS = [
-    "max_minus_mean_loss",
-    "loss_barrier",
-    "midpoint_loss_barrier",
-    "accuracy_barrier",
-    "midpoint_accuracy_barrier",
-    "mean_minus_min_accuracy",
-    "calibrated_max_minus_mean_loss",
-    "calibrated_loss_barrier",
-    "calibrated_midpoint_loss_barrier",
-    "heldout_loss_barrier",
-    "heldout_midpoint_loss_barrier",
-]
 LABEL_COLUMNS = ["pair", "epoch", "method", "seed_a", "seed_b"]
 PATH_COLUMNS = [*LABEL_COLUMNS, "lam", "loss", "accuracy", "calibrated_loss", *BARRIER_KEYS]
 BARRIER_COLUMNS = [
@@ -142,26 +111,17 @@ BARRIER_COLUMNS = [
     "midpoint_accuracy",
     "moved_fraction",
 ]
+#: The result tables (:mod:`lmc.experiments.kind_run`): key -> (file, leading columns).
+OUTPUTS = {"onset": ("onset.csv", PATH_COLUMNS), "barriers": ("barriers.csv", BARRIER_COLUMNS)}
 
 
 def resolve_onset(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     """Check a parsed onset study and fill in its defaults (module docstring); an unknown key,
     a wrong type or a value out of range is an ``LmcError`` naming the key and the file."""
-    name, description = header(raw, KIND, TOP_LEVEL, source)
-    data = resolve_data(raw.get("data", {}), source)
-    model = resolve_model(raw.get("model", {}), data, f"[{KIND}]", source)
-    train = resolve_train(raw.get("train", {}), f"[{KIND}]", source)
+    study = resolve_trained(raw, KIND, TOP_LEVEL, source)
     settings = table(raw.get(KIND, {}), SETTINGS, KIND, source)
-    _check_settings(settings, model, train, data, source)
-    study = {
-        "name": name,
-        "description": description,
-        "experiment": KIND,
-        "data": data,
-        "model": model,
-        "train": train,
-        KIND: settings,
-    }
+    _check_settings(settings, study["model"], study["train"], study["data"], source)
+    study[KIND] = settings
     for method in settings["methods"]:  # the settings every evaluation builds, built now
         try:
             pair_settings(study, method)
@@ -179,8 +139,6 @@ def _check_settings(
 ) -> None:
     """Value checks of ``[onset]`` (in place: the epochs sorted, numbers as floats)."""
     from lmc.pair.settings import ALIGN_METHODS
-
-    from .study import MAX_TRAINING_RUNS
 
     at = f"'{KIND}.%s'{where(source)}"
     try:
@@ -243,6 +201,9 @@ def pair_settings(study: dict[str, Any], method: str):
     return PairSettings(
         align=method,
         align_examples=settings["align_examples"],
+        # weight matching from the identity with SciPy's solver, as the committed onset results
+        # ran (its own defaults are now the one-pass start and solver "auto")
+        align_options={"init": "identity", "solver": "scipy"} if method == "weight" else {},
         seed=settings["align_seed"],
         split=study["data"]["split"],
         path=PathSettings(
@@ -464,106 +425,52 @@ def _run_pair_job(
     return {"paths": path_rows, "barriers": barrier_rows, "training": training, "stored": stored}
 
 
-def run_onset(
-    study: dict[str, Any],
-    out: str | Path,
-    *,
-    executor: Any = None,
-    runs_dir: str | Path | None = None,
-    device: str = "cpu",
-    data_dir: str | None = None,
-    download: bool = False,
-    quiet: bool = False,
-    toml_text: str | None = None,
-    **_unused: Any,
-) -> dict[str, Any]:
-    """Run a resolved onset study into ``out`` (module docstring); returns the contents of
-    ``study.json``. Runs in this process with the executor's ``threads`` PyTorch threads
-    (default 1); finished pairs in ``out/jobs`` are reused."""
-    from .executors import _torch_threads
-
-    out = Path(out)
-    threads = getattr(executor, "threads", 1) or 1
-    torch_device = resolve_device(device)
+def run_onset(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
+    """Run a resolved onset study into ``options.out`` (module docstring); returns the
+    contents of ``study.json``. Runs in this process with the executor's ``threads`` PyTorch
+    threads (default 1); finished pairs in ``OUT/jobs`` are reused."""
+    out = options.out
+    torch_device = resolve_device(options.device)
     settings = study[KIND]
     store_final = max(settings["epochs"]) == study["train"].get("epochs", TrainSettings().epochs)
-    store = RunStore(runs_dir or default_runs_dir()) if store_final else None
+    store = RunStore(options.job_context().runs_dir) if store_final else None
 
     def say(text: str) -> None:
-        if not quiet:
+        if not options.quiet:
             print(f"{KIND}: {text}", file=sys.stderr, flush=True)
 
-    with made_folder(out, keep=holds_finished_jobs), _torch_threads(threads):
-        started, wall = now_utc(), time.perf_counter()
-        data = load(
-            study["data"]["dataset"],
-            data_dir=data_dir,
-            device=torch_device,
-            download=download,
-            **study["data"]["options"],
+    with _torch_threads(options.threads):
+        record = StudyRecord(
+            study,
+            options,
+            torch_device,
+            threads_per_job=options.threads,
+            runs_dir=None if store is None else str(store.root),
         )
+        data = load_data(study, options, device=torch_device)
         jobs = [pair_job(study, pair, data) for pair in range(settings["pairs"])]
         ids = [f"{KIND}-{config_hash(job)}" for job in jobs]
-        if toml_text is not None:
-            write_text(out / "study.toml", toml_text)
-        record: dict[str, Any] = {
-            "name": study["name"],
-            "description": study["description"],
-            "experiment": KIND,
-            "config": study,
-            "environment": environment_info(torch_device),
-            "threads_per_job": threads,
-            "runs_dir": None if store is None else str(store.root),
-            "started": started,
-        }
-        write_json(out / "study.json", {**record, "status": "running"})
+        record.running()
         counts = {"total": len(jobs), "reused": 0, "run": 0}
         results = []
-        for job, job_id in zip(jobs, ids):
-            job_file = out / "jobs" / f"{job_id}.json"
-            if job_file.is_file():
-                results.append(read_json(job_file, "onset job"))
-                counts["reused"] += 1
-                say(f"pair {job['pair']}: reused ({job_file.name})")
-                continue
+
+        def compute(job: dict[str, Any]) -> dict[str, Any]:
             if store is not None:
                 store.check_writable()
-            begun = time.perf_counter()
-            result = _run_pair_job(study, job, data, store, torch_device, say)
-            result["seconds"] = time.perf_counter() - begun
-            (out / "jobs").mkdir(parents=True, exist_ok=True)
-            write_json(job_file, {"id": job_id, "job": job, **result})
+            return _run_pair_job(study, job, data, store, torch_device, say)
+
+        for job, job_id in zip(jobs, ids):
+            result, reused = reuse_or_run(out, job_id, job, partial(compute, job))
             results.append(result)
-            counts["run"] += 1
-        files = {"onset": "onset.csv", "barriers": "barriers.csv"}
-        with output_files(out, list(files.values())) as stage:
-            write_csv(
-                stage / files["onset"], [r for x in results for r in x["paths"]], PATH_COLUMNS
-            )
-            write_csv(
-                stage / files["barriers"],
-                [r for x in results for r in x["barriers"]],
-                BARRIER_COLUMNS,
-            )
-        record.update(
+            counts["reused" if reused else "run"] += 1
+            if reused:
+                say(f"pair {job['pair']}: reused ({job_id}.json)")
+        files = write_tables(
+            out,
+            OUTPUTS,
             {
-                "finished": now_utc(),
-                "wall_seconds": time.perf_counter() - wall,
-                "jobs": counts,
-                "job_ids": ids,
-                "files": files,
-                "status": "finished",
-            }
+                "onset": [r for x in results for r in x["paths"]],
+                "barriers": [r for x in results for r in x["barriers"]],
+            },
         )
-        write_json(out / "study.json", record)
-    return record
-
-
-ONSET = register_kind(
-    ExperimentKind(
-        name=KIND,
-        summary="Git Re-Basin Fig. 3: the barrier with and without weight matching over training",
-        resolve=resolve_onset,
-        run=run_onset,
-    )
-)
+        return record.finished(counts, files, job_ids=ids)

@@ -3,7 +3,10 @@
 Files written into the study's output folder:
 - ``results.csv`` (and ``results.parquet`` when pyarrow is installed): one row per
   (width, weight_decay, pair, method, lam) with the path metrics and, repeated on each row
-  of a path, its barriers (docs/science.md names; accuracy as a fraction). Calibration:
+  of a path, every barrier of :data:`lmc.metrics.BARRIER_KEYS` (docs/science.md names;
+  accuracy as a fraction; the calibrated and held-out ones empty when calibration is off; a
+  barrier missing from a job record written before it existed is computed from the recorded
+  path). Calibration:
   ``calibration`` is the one used (``split`` or ``crossfit``; empty when off),
   ``calibration_folds`` its K (crossfit) and ``calibration_fraction`` its subset share (split);
   ``calibration_at_bound`` / ``ensemble_calibration_at_bound`` are 1 where that λ's
@@ -31,6 +34,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from lmc.metrics import BARRIER_KEYS, barriers
 from lmc.store import atomic_path, write_json
 
 from .table import TABLE1_COLUMNS, UNDEFINED_WITH, table1
@@ -43,11 +47,6 @@ PATH_COLUMNS = [
 ]  # fmt: skip
 CALIBRATION_COLUMNS = ["calibration", "calibration_folds", "calibration_fraction"]
 BOUND_COLUMNS = ["calibration_at_bound", "ensemble_calibration_at_bound"]
-BARRIER_COLUMNS = [
-    "loss_barrier", "midpoint_loss_barrier", "max_minus_mean_loss", "accuracy_barrier",
-    "midpoint_accuracy_barrier", "calibrated_loss_barrier", "calibrated_midpoint_loss_barrier",
-    "calibrated_max_minus_mean_loss",
-]  # fmt: skip
 RESULT_COLUMNS = [
     "dataset",
     "model",
@@ -59,7 +58,7 @@ RESULT_COLUMNS = [
     "endpoint_train_loss",
     *PATH_COLUMNS,
     *BOUND_COLUMNS,
-    *BARRIER_COLUMNS,
+    *BARRIER_KEYS,
 ]
 LAYER_ID_COLUMNS = [*KEY_COLUMNS, "lam", "layer", "name", "kind"]
 
@@ -95,11 +94,23 @@ def _calibration(path: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _barriers(result: dict[str, Any]) -> dict[str, Any]:
+    """Every barrier of :data:`lmc.metrics.BARRIER_KEYS` of one merge job: as its record has
+    them; a key the record lacks (written before that barrier existed) is computed from the
+    recorded path with :func:`lmc.metrics.barriers`."""
+    recorded = result["barriers"]
+    if all(k in recorded for k in BARRIER_KEYS):
+        return {k: recorded[k] for k in BARRIER_KEYS}
+    computed = barriers(result["path"])
+    return {k: recorded[k] if k in recorded else computed[k] for k in BARRIER_KEYS}
+
+
 def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
     """One results.csv row per lam of one merge job's path.
 
     ``endpoint_train_loss`` is the mean of the two endpoints' final training loss (empty for
-    results written before it was recorded).
+    results written before it was recorded). Every row carries the path's barriers
+    (:func:`_barriers`).
 
     Where a λ's calibration is undefined (listed in the path's ``calibration_at_bound`` /
     ``ensemble_calibration_at_bound``) its flag is 1 and its inverse temperature and
@@ -107,6 +118,7 @@ def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, A
     before undefined values became NaN)."""
     path, labels = result["path"], result["labels"]
     calibration = _calibration(path)
+    path_barriers = _barriers(result)
     train_losses = result.get("endpoint_train_loss") or []
     endpoint_train_loss = (
         sum(train_losses) / len(train_losses)
@@ -136,7 +148,7 @@ def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, A
             row[flag] = int(undefined)
             if undefined:
                 row.update(dict.fromkeys(columns))
-        row.update({k: result["barriers"].get(k) for k in BARRIER_COLUMNS})
+        row.update(path_barriers)
         rows.append(row)
     return rows
 

@@ -16,10 +16,18 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lmc.metrics import BARRIER_BY_KEY
 from lmc.metrics.calibration import BETA_MAX, BETA_MIN
 
 from .cells import coerce_row, is_close, mean_std, method_sort_key, number
 
+#: The barriers of Table 1 (keys of :data:`lmc.metrics.BARRIERS`: the midpoint ones, the width
+#: paper's), each as ``<key>_mean`` and ``<key>_std`` in :data:`TABLE1_COLUMNS`.
+TABLE1_BARRIERS = (
+    "midpoint_accuracy_barrier",
+    "midpoint_loss_barrier",
+    "calibrated_midpoint_loss_barrier",
+)
 TABLE1_COLUMNS = (
     "width",
     "weight_decay",
@@ -30,12 +38,7 @@ TABLE1_COLUMNS = (
     "merged_accuracy_mean",
     "merged_accuracy_std",
     "ensemble_accuracy_mean",
-    "midpoint_accuracy_barrier_mean",
-    "midpoint_accuracy_barrier_std",
-    "midpoint_loss_barrier_mean",
-    "midpoint_loss_barrier_std",
-    "calibrated_midpoint_loss_barrier_mean",
-    "calibrated_midpoint_loss_barrier_std",
+    *(f"{key}_{stat}" for key in TABLE1_BARRIERS for stat in ("mean", "std")),
     "inverse_temperature_mean",
     "ensemble_inverse_temperature_mean",
     "undefined_calibration_pairs",
@@ -78,14 +81,6 @@ def drop_undefined(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# barrier column -> (per-λ column, sign): barrier = sign * (value(½) − ½(value(0) + value(1))).
-_MIDPOINT_BARRIERS = {
-    "midpoint_loss_barrier": ("loss", 1.0),
-    "calibrated_midpoint_loss_barrier": ("calibrated_loss", 1.0),
-    "midpoint_accuracy_barrier": ("accuracy", -1.0),
-}
-
-
 def _at(rows: list[dict[str, Any]], lam: float) -> dict[str, Any] | None:
     for r in rows:
         if is_close(r["lam"], lam):
@@ -93,14 +88,15 @@ def _at(rows: list[dict[str, Any]], lam: float) -> dict[str, Any] | None:
     return None
 
 
-def _barrier(column: str, mid: dict, a: dict | None, b: dict | None) -> float:
-    """The barrier column of the midpoint row; if absent/NaN, computed from the path."""
-    value = number(mid.get(column))
+def _barrier(key: str, mid: dict, a: dict | None, b: dict | None) -> float:
+    """Midpoint barrier ``key`` of one pair: its column in the λ = ½ row; where that is empty
+    or NaN (results written before it was a column), :data:`lmc.metrics.BARRIERS`' function
+    of its curve at the λ = 0, ½ and 1 rows."""
+    value = number(mid.get(key))
     if math.isfinite(value) or a is None or b is None:
         return value
-    key, sign = _MIDPOINT_BARRIERS[column]
-    ends = number(a.get(key)) + number(b.get(key))
-    return sign * (number(mid.get(key)) - 0.5 * ends)
+    barrier = BARRIER_BY_KEY[key]
+    return barrier.function([0.0, 0.5, 1.0], [number(r.get(barrier.curve)) for r in (a, mid, b)])
 
 
 def int_if_whole(value: float) -> float | int:
@@ -157,10 +153,10 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "inverse_temperature": number(mid.get("inverse_temperature")),
                 "ensemble_inverse_temperature": number(mid.get("ensemble_inverse_temperature")),
             }
-            for column in _MIDPOINT_BARRIERS:
-                values[column] = _barrier(column, mid, a, b)
-            if any(flags[:-1]):  # an endpoint's or the midpoint's calibrated loss is undefined
-                values["calibrated_midpoint_loss_barrier"] = math.nan
+            for key in TABLE1_BARRIERS:
+                values[key] = _barrier(key, mid, a, b)
+                if BARRIER_BY_KEY[key].curve == "calibrated_loss" and any(flags[:-1]):
+                    values[key] = math.nan  # an endpoint's or the midpoint's is undefined
             for k, v in values.items():
                 per.setdefault(k, []).append(v)
         if pairs == 0:

@@ -36,16 +36,21 @@ from typing import Any
 
 from lmc.config import LmcError
 
-#: The study tables a variant may change.
+#: The tables a variant of a width study may change (the width kind's
+#: :attr:`lmc.experiments.kinds.ExperimentKind.variants`).
 TABLES = ("data", "model", "sweep", "train", "merge", "analysis", "stitch")
 
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 
-def split_variants(raw: dict[str, Any], source: str | None = None) -> list[tuple[str, dict, dict]]:
+def split_variants(
+    raw: dict[str, Any], source: str | None = None, tables: tuple[str, ...] = TABLES
+) -> list[tuple[str, dict, dict]]:
     """The variants of the raw study ``raw`` (a parsed TOML file), as ``(variant name, raw
-    study, changed settings)`` triples; ``[]`` when it has none. The changed settings are
-    flattened as ``{"model.depth": 2, ...}``. Bad variants are an ``LmcError`` naming them."""
+    study, changed settings)`` triples; ``[]`` when it has none. A variant may change the
+    ``tables`` (its kind's, :attr:`lmc.experiments.kinds.ExperimentKind.variants`; default:
+    the width study's :data:`TABLES`). The changed settings are flattened as
+    ``{"model.depth": 2, ...}``. Bad variants are an ``LmcError`` naming them."""
     entries = raw.get("variants")
     if entries is None:
         return []
@@ -65,15 +70,15 @@ def split_variants(raw: dict[str, Any], source: str | None = None) -> list[tuple
             )
         if name in (n for n, _, _ in out):
             raise LmcError(f"two variants are named {name!r}{where}")
-        unknown = sorted(set(entry) - {"name", *TABLES})
+        unknown = sorted(set(entry) - {"name", *tables})
         if unknown:
             raise LmcError(
                 f"variant {name!r} sets {unknown[0]!r}{where}; a variant changes only these "
-                f"tables: {', '.join(TABLES)}"
+                f"tables: {', '.join(tables)}"
             )
         study = copy.deepcopy(base)
         changed: dict[str, Any] = {}
-        for table in TABLES:
+        for table in tables:
             if table not in entry:
                 continue
             if not isinstance(entry[table], dict):

@@ -22,7 +22,7 @@ loss barriers in nats; mean ± std is over pairs with the sample std (ddof = 1).
 
 from lmc.metrics.figures import draw_path, draw_path_curves, path_figure
 
-from .build import write_report
+from .kinds import write_report
 from .results import Results, load_results
 from .style import finish_axes, log_scale, new_figure, save_figure, width_axis
 from .table import TABLE1_COLUMNS, table1

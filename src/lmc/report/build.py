@@ -1,39 +1,25 @@
-"""``write_report``: a results folder -> figures/, report.md and a self-contained report.html."""
+"""The width study's report (``experiment = "width"``): a results folder -> the page of
+figures, Table 1 and text that :func:`lmc.report.write_report` writes as ``report.md``, a
+self-contained ``report.html`` and ``figures/`` (:func:`width_page`, named by the width kind's
+record in :mod:`lmc.experiments.kinds`)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from lmc.config import progress
-from lmc.store import atomic_path, check_output_place, output_files, write_text
 
 from . import figures as F
-from .document import (
-    Block,
-    Bullets,
-    Code,
-    Heading,
-    Image,
-    Note,
-    Para,
-    Table,
-    opening,
-    to_html,
-    to_markdown,
-)
-from .kinds import report_for
+from .document import Block, Bullets, Heading, Note, Para, Table
+from .page import DASH, Figures, Page
 from .results import Results, load_results, method_sort_key
 from .stitch import stitch_blocks
-from .style import SCREEN_DPI, fmt_wd, fmt_width, method_style
+from .style import fmt_wd, fmt_width, method_style
 from .table import CALIBRATION_COLUMNS, merge_table1, table1
-from .variants import is_variants_folder, write_variants_report
-
-DASH = "—"
 
 
 # ---- number formatting ----------------------------------------------------------------------
@@ -57,17 +43,6 @@ def fmt_beta(value: float) -> str:
     if not _ok(value):
         return DASH
     return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
-
-
-def fmt_seconds(seconds: Any) -> str:
-    if not _ok(seconds):
-        return DASH
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, sec = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min {sec:02d} s" if hours else f"{minutes} min {sec:02d} s"
 
 
 # ---- Table 1 --------------------------------------------------------------------------------
@@ -237,7 +212,7 @@ def calibration_text(res: Results) -> str:
 
 def study_summary(res: Results) -> str:
     name = res.study.get("name")
-    unit = "hidden units" if res.width_counts_units else "× channel multiplier"
+    unit = f" ({res.width_label})" if res.width_label else ""  # the model registry's words
     lams = res.lams
     grid = f"{len(lams)} values of λ from {lams[0]:g} to {lams[-1]:g}" if lams else "no λ"
     calib = (
@@ -248,8 +223,8 @@ def study_summary(res: Results) -> str:
     )
     parts = [
         f"Study `{name}`: " if name else "",
-        f"dataset **{res.dataset}**, model **{res.model}**, widths {_list(res.widths, fmt_width)} "
-        f"({unit}), weight decays {_list(res.weight_decays, fmt_wd)}, {len(res.pairs)} "
+        f"dataset **{res.dataset}**, model **{res.model}**, widths {_list(res.widths, fmt_width)}"
+        f"{unit}, weight decays {_list(res.weight_decays, fmt_wd)}, {len(res.pairs)} "
         f"independent pair{'s' if len(res.pairs) != 1 else ''} (A, B) per setting, merge methods "
         f"{_list([method_style(m)[2] for m in res.methods])}. ",
         f"Each pair is evaluated on the `{res.split}` split along θ(λ) = (1 − λ)θ_A + λθ_B "
@@ -312,84 +287,13 @@ def _files_read(res: Results) -> str:
     return f"Read from `{res.path}`: " + ", ".join(f"`{n}`" for n in names) + "."
 
 
-def _readable(path: Path) -> None:
-    """Atomic writes create 0600 files; a report is for sharing, so make it world-readable
-    (0644; best effort)."""
-    try:
-        path.chmod(0o644)
-    except OSError:
-        pass
-
-
-FIGURE_DIR = "figures"
-
-
 # ---- the report -----------------------------------------------------------------------------
-class _Figures:
-    """Renders figure jobs, writes the PNGs and turns results into blocks."""
-
-    def __init__(self, figure_dir: Path) -> None:
-        self.figure_dir = figure_dir
-        self.paths: list[str] = []
-        self.svg_paths: list[str] = []
-        self.count = 0
-
-    def block(self, result: F.Plot | F.Skip) -> Block:
-        if isinstance(result, F.Skip):
-            return Note(f"{result.title}: skipped ({result.reason}).")
-        self.count += 1
-        path = self.figure_dir / f"{result.name}.png"
-        svg = path.with_suffix(".svg")
-        for target, data in ((path, result.png), (svg, result.svg)):
-            with atomic_path(target) as tmp:
-                tmp.write_bytes(data)
-            _readable(target)
-        self.paths.append(str(path))
-        self.svg_paths.append(str(svg))
-        return Image(
-            number=self.count,
-            file=f"{self.figure_dir.name}/{path.name}",
-            title=result.title,
-            caption=result.caption,
-            png=result.png,
-            full=f"{self.figure_dir.name}/{svg.name}",
-            width=round(result.rendered.size[0] * SCREEN_DPI),
-        )
-
-
-def write_document(
-    out: Path, title: str, blocks_of: Callable[[_Figures], list[Block]]
-) -> dict[str, Any]:
-    """Write ``report.md``, ``report.html`` and ``figures/`` into ``out`` as one unit (an
-    earlier report's are replaced; a failure leaves the folder as it was). ``blocks_of``
-    builds the document's blocks, turning each figure into an image block with
-    ``figures.block(plot)``. Returns ``{"report_md", "report_html", "figures"}`` (PNG paths;
-    each SVG beside its PNG)."""
-    check_output_place(out, "report folder")
-    names = ("report.md", "report.html", FIGURE_DIR)
-    with output_files(out, names) as stage:
-        (stage / FIGURE_DIR).mkdir()
-        figures = _Figures(stage / FIGURE_DIR)
-        blocks = blocks_of(figures)
-        write_text(stage / "report.md", to_markdown(blocks))
-        write_text(stage / "report.html", to_html(blocks, title))
-        for name in ("report.md", "report.html"):
-            _readable(stage / name)
-    return {
-        "report_md": str(out / "report.md"),
-        "report_html": str(out / "report.html"),
-        "figures": [str(out / FIGURE_DIR / Path(p).name) for p in figures.paths],
-    }
-
-
-def build_blocks(
-    res: Results, title: str, figure_dir: Path, *, quiet: bool = True
-) -> tuple[list[Block], list[str]]:
-    """The report's blocks and the PNG paths written (each with its SVG beside it)."""
+def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Block]:
+    """The report's body (between its opening and its reproducibility section), each figure
+    written by ``figs`` (:class:`lmc.report.page.Figures`)."""
     t1 = merge_table1(
         table1(res.rows), res.table1_rows, CALIBRATION_COLUMNS if res.undefined else ()
     )
-    figs = _Figures(figure_dir)
     wds = res.weight_decays
     many_wd = len(wds) > 1
 
@@ -402,8 +306,7 @@ def build_blocks(
     for name, wd, fn in progress(jobs, quiet=quiet, desc="figures"):
         rendered[(name, wd)] = fn(res) if wd is None else fn(res, wd)
 
-    blocks: list[Block] = opening(title, res.study)
-    blocks.append(Para(study_summary(res)))
+    blocks: list[Block] = [Para(study_summary(res))]
     blocks.append(Para(_files_read(res)))
     blocks += [Note(n) for n in res.notes]
 
@@ -428,7 +331,9 @@ def build_blocks(
     blocks.append(Heading(2, "Table 1: barriers at λ = ½"))
     blocks.append(
         Para(
-            "As in the width paper's Table 1: at λ = ½, mean ± std over pairs; accuracy in "
+            "As in the width paper's Table 1: at λ = ½, mean ± std over pairs; "
+            + (f"width: {res.width_label}; " if res.width_label else "")
+            + "accuracy in "
             "percent, the accuracy barrier ½(acc_A + acc_B) − acc(θ(½)) in percentage points "
             "(pp), loss barriers L(θ(½)) − ½(L_A + L_B) in nats (may be negative), β the fitted "
             "inverse temperature; undefined calibrations are left out of the means "
@@ -494,8 +399,7 @@ def build_blocks(
     blocks.append(Heading(2, "Weight-decay ablation"))
     blocks.append(figs.block(rendered[("weight_decay_ablation", None)]))
 
-    blocks += reproducibility(res)
-    return blocks, figs.paths
+    return blocks
 
 
 def undefined_values(res: Results) -> list[Block]:
@@ -568,94 +472,23 @@ def undefined_values(res: Results) -> list[Block]:
     return blocks
 
 
-def reproducibility(res: Results) -> list[Block]:
-    return reproducibility_blocks(res.study, res.path, res.toml)
-
-
-def reproducibility_blocks(study: dict, path: Path, toml: str | None) -> list[Block]:
-    """The report's last section: when and where the study ran, the environment, the
-    resolved configuration (``study`` is ``study.json``'s contents) and the study file."""
-    blocks: list[Block] = [Heading(2, "Reproducibility")]
-    jobs = study.get("jobs") if isinstance(study.get("jobs"), dict) else {}
-    run_rows = [
-        ["started", str(study.get("started", DASH))],
-        ["finished", str(study.get("finished", DASH))],
-        ["wall time", fmt_seconds(study.get("wall_seconds"))],
-        [
-            "jobs",
-            f"{jobs.get('total', DASH)} total, {jobs.get('reused', DASH)} reused (finished "
-            f"earlier), {jobs.get('run', DASH)} run"
-            if jobs
-            else DASH,
-        ],
-        ["results folder", f"`{path}`"],
-    ]
-    blocks.append(Heading(3, "Run"))
-    blocks.append(Table(["item", "value"], run_rows))
-    env = study.get("environment")
-    blocks.append(Heading(3, "Environment"))
-    if isinstance(env, dict) and env:
-        blocks.append(Table(["item", "value"], [[str(k), str(v)] for k, v in env.items()]))
-    else:
-        blocks.append(Note("No environment recorded (study.json absent or without it)."))
-    blocks.append(Heading(3, "Configuration"))
-    config = study.get("config")
-    if config is not None:
-        blocks.append(Para("The resolved study configuration, exactly as recorded:"))
-        blocks.append(Code(json.dumps(config, indent=2, default=str), "json"))
-    else:
-        blocks.append(Note("No configuration recorded (study.json absent or without it)."))
-    if toml:
-        blocks.append(Heading(3, "Study file"))
-        blocks.append(Para("`study.toml` as given:"))
-        blocks.append(Code(toml, "toml"))
-    return blocks
-
-
 def default_title(res: Results) -> str:
     name = res.study.get("name")
     base = f"Linear mode connectivity: {res.dataset} · {res.model}"
     return f"{base} ({name})" if name else base
 
 
-def write_report(
-    results_dir: str | os.PathLike,
-    *,
-    out_dir: str | os.PathLike | None = None,
-    title: str | None = None,
-    quiet: bool = True,
-) -> dict[str, Any]:
-    """Write ``report.md``, ``report.html`` and ``figures/*.png`` (print resolution, with an
-    SVG of each beside it) for a results folder.
+def width_page(folder: Path, title: str | None = None, quiet: bool = True) -> Page:
+    """The width study's report of the results folder ``folder``: the text, Table 1 and the
+    figures (print-resolution PNGs, an SVG of each beside it).
 
     Reads only the files ``lmc.experiments`` writes (``results.csv`` required; ``study.json``,
-    ``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv``
-    optional): never trains or evaluates. A folder of a study with variants gets each
-    variant's report and an index (:mod:`lmc.report.variants`). ``out_dir`` defaults to
-    ``results_dir``. Figures that lack inputs are replaced by a note. Returns
-    ``{"report_md": path, "report_html": path, "figures": [png paths]}`` (each PNG's SVG is
-    beside it, same stem). A folder without
-    ``results.csv`` is an ``LmcError``.
-    """
-    if is_variants_folder(results_dir):  # a study with variants: theirs and an index
-        return write_variants_report(results_dir, out_dir=out_dir, title=title, quiet=quiet)
-    kind_report = report_for(results_dir)
-    if kind_report is not None:  # another kind of experiment than a width study
-        return kind_report(results_dir, out_dir=out_dir, title=title, quiet=quiet)
-    res = load_results(results_dir)
-    out = Path(out_dir) if out_dir is not None else res.path
-    check_output_place(out, "report folder")
+    ``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv``,
+    ``stitch.csv`` optional): never trains or evaluates. Figures that lack inputs are
+    replaced by a note; a folder without ``results.csv`` is an ``LmcError``. ``title``
+    defaults to one made from the dataset, the model and the study's name; ``quiet``: no
+    progress bar while the figures render."""
+    res = load_results(folder)
     title = title or default_title(res)
-    names = ("report.md", "report.html", FIGURE_DIR)
-    # report.md, report.html and figures/ replace an earlier report's as one unit; a failure
-    # (a full disk) leaves the folder as it was
-    with output_files(out, names) as stage:
-        (stage / FIGURE_DIR).mkdir()
-        blocks, staged = build_blocks(res, title, stage / FIGURE_DIR, quiet=quiet)
-        write_text(stage / "report.md", to_markdown(blocks))
-        write_text(stage / "report.html", to_html(blocks, title))
-        for name in ("report.md", "report.html"):
-            _readable(stage / name)
-    figure_paths = [str(out / FIGURE_DIR / Path(p).name) for p in staged]
-    md_path, html_path = out / "report.md", out / "report.html"
-    return {"report_md": str(md_path), "report_html": str(html_path), "figures": figure_paths}
+    body = partial(build_blocks, res, quiet=quiet)
+    return Page(title, body, res.study, res.path, res.toml)

@@ -11,17 +11,15 @@ are the files'.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lmc.config import LmcError
-from lmc.store import check_output_place
 
-from .document import Block, Heading, Note, Para, Table, opening
+from .document import Block, Heading, Note, Para, Table
 from .figures import Plot
-from .kinds import read_record
+from .page import Figures, Page, read_record
 from .style import finish_axes, new_figure, render
 
 
@@ -143,51 +141,40 @@ def _table(barriers: list[dict]) -> Table:
     )
 
 
-def write_counterexample_report(
-    results_dir: str | os.PathLike,
-    *,
-    out_dir: str | os.PathLike | None = None,
-    title: str | None = None,
-    quiet: bool = True,
-) -> dict[str, Any]:
-    """Write the counterexample's ``report.md``, ``report.html`` and figure (module
-    docstring); returns ``{"report_md", "report_html", "figures"}`` like
-    :func:`lmc.report.write_report`."""
-    from .build import reproducibility_blocks, write_document
+#: The claim the counterexample report checks (its first paragraph).
+CLAIM = (
+    "Git Re-Basin (App. A.6) claims that some loss landscapes hold two solutions that no "
+    "permutation connects linearly. The task: x ∼ U([−1, 1]²), y = 1[x₁ < 0 and x₂ > 0]; the "
+    "model: two hidden layers of two ReLU units. Solution A tests x₁ < 0 in its first hidden "
+    "layer and x₂ > 0 in its second; B tests them in the opposite layers. Each of the "
+    "2!·2! = 4 permutations π of B's hidden units gives a network π(B) computing B's "
+    "function; a barrier on the path from A to every π(B) means no permutation connects them."
+)
 
-    folder = Path(results_dir)
-    out = Path(out_dir) if out_dir is not None else folder
-    check_output_place(out, "report folder")
+
+def counterexample_page(folder: Path, title: str | None = None, quiet: bool = True) -> Page:
+    """The counterexample's report of the results folder ``folder`` (module docstring), as
+    :func:`lmc.report.write_report` writes it."""
     record, toml, barriers, paths = _read(folder)
     if not barriers:
         raise LmcError(f"{folder / 'barriers.csv'} has no rows")
     settings = record.get("config", {}).get("counterexample", {})
-    title = title or f"Git Re-Basin's counterexample ({record.get('name', 'counterexample')})"
+    setup = Note(
+        f"{settings.get('n', '?')} points (seed {settings.get('seed', '?')}), "
+        f"{len(paths[0].lambdas)} values of λ, logit scale k = {settings.get('scale', '?')}."
+    )
 
-    def blocks_of(figures) -> list[Block]:
-        blocks: list[Block] = opening(title, record)
-        blocks += [
-            Para(
-                "Git Re-Basin (App. A.6) claims that some loss landscapes hold two solutions "
-                "that no permutation connects linearly. The task: x ∼ U([−1, 1]²), "
-                "y = 1[x₁ < 0 and x₂ > 0]; the model: two hidden layers of two ReLU units. "
-                "Solution A tests x₁ < 0 in its first hidden layer and x₂ > 0 in its second; "
-                "B tests them in the opposite layers. Each of the 2!·2! = 4 permutations π of "
-                "B's hidden units gives a network π(B) computing B's function; a barrier on "
-                "the path from A to every π(B) means no permutation connects them."
-            ),
+    def body(figures: Figures) -> list[Block]:
+        path_figure = figures.block(_figure(paths))
+        return [
+            Para(CLAIM),
             Para(verdict(barriers)),
             Heading(2, "Barriers"),
             _table(barriers),
             Heading(2, "Paths"),
-            figures.block(_figure(paths)),
-            Note(
-                f"{settings.get('n', '?')} points (seed {settings.get('seed', '?')}), "
-                f"{len(paths[0].lambdas)} values of λ, logit scale k = "
-                f"{settings.get('scale', '?')}."
-            ),
-            *reproducibility_blocks(record, folder, toml),
+            path_figure,
+            setup,
         ]
-        return blocks
 
-    return write_document(out, title, blocks_of)
+    title = title or f"Git Re-Basin's counterexample ({record.get('name', 'counterexample')})"
+    return Page(title, body, record, folder, toml)

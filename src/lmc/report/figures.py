@@ -5,7 +5,9 @@ figure could not be drawn (missing inputs never raise).
 
 Conventions: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A, plotted at the left); accuracies are shown
 in percent, accuracy barriers in percentage points, losses in nats; "mean ± std" is over pairs
-with the sample std (ddof = 1). Widths are MLP hidden units or CNN channel multipliers.
+with the sample std (ddof = 1). Widths are labelled with what they count, as the model's
+registry entry says (``lmc.models.ModelEntry.width_label``: hidden units per layer, channel
+multiplier, embedding dimension).
 Undefined calibrations (a β on the bound of its search) are NaN in ``Results.rows``, so no
 figure's mean includes one; the captions of the calibrated figures say how many were left out.
 """
@@ -68,9 +70,10 @@ class Skip:
 
 # ---- shared pieces --------------------------------------------------------------------------
 def width_label(res: Results) -> str:
-    if res.width_counts_units:
-        return "width (hidden units per layer, log scale)"
-    return "width multiplier (× base channels, log scale)"
+    """The width axis' label: what a width counts, from the model's registry entry
+    (:attr:`Results.width_label`; just "width" for an unknown model)."""
+    label = res.width_label
+    return f"width ({label}, log scale)" if label else "width (log scale)"
 
 
 def header(res: Results, wd: float | None = None) -> str:

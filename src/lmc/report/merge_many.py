@@ -10,18 +10,16 @@ ECE, a bar figure of the three, and reliability diagrams. Never computes a model
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lmc.config import LmcError
-from lmc.store import check_output_place
 
-from .document import Block, Heading, Para, Table, opening
+from .document import Block, Heading, Para, Table
 from .figures import Plot
-from .kinds import read_record
+from .page import Figures, Page, read_record
 from .results import mean_std, read_csv
 from .style import REFERENCE, finish_axes, method_style, new_figure, render
 
@@ -212,21 +210,9 @@ def _reliability(curves: list[dict], sets: list[str]) -> Plot | None:
     return Plot("reliability", "Reliability diagrams", caption, render(fig))
 
 
-def write_merge_many_report(
-    results_dir: str | os.PathLike,
-    *,
-    out_dir: str | os.PathLike | None = None,
-    title: str | None = None,
-    quiet: bool = True,
-) -> dict[str, Any]:
-    """Write the merge-many study's ``report.md``, ``report.html`` and figures (module
-    docstring); returns ``{"report_md", "report_html", "figures"}`` like
-    :func:`lmc.report.write_report`."""
-    from .build import reproducibility_blocks, write_document
-
-    folder = Path(results_dir)
-    out = Path(out_dir) if out_dir is not None else folder
-    check_output_place(out, "report folder")
+def merge_many_page(folder: Path, title: str | None = None, quiet: bool = True) -> Page:
+    """The merge-many study's report of the results folder ``folder`` (module docstring), as
+    :func:`lmc.report.write_report` writes it."""
     record, toml = read_record(folder, ("models.csv", "reliability.csv"))
     rows = read_csv(folder / "models.csv")
     if not rows:
@@ -240,20 +226,17 @@ def write_merge_many_report(
     where = f"{data.get('dataset', '?')} · {model.get('name', '?')} (width {width})"
     title = title or f"Merging many models: {where} ({record.get('name', 'merge-many')})"
 
-    def blocks_of(figures) -> list[Block]:
-        blocks: list[Block] = opening(title, record)
-        blocks.append(
-            Para(
-                "Each set's models are merged by averaging their weights as they are (`none`) "
-                "and after Git Re-Basin's merge-many (`weight`, App. A.10: every model "
-                "permuted by weight matching onto the mean of the others, round after round, "
-                "until no permutation changes), then compared with the models, their ensemble "
-                f"(averaged logits) and a reference model trained on all the data, on the "
-                f"{data.get('split', 'test')} split; ECE over {settings.get('ece_bins', '?')} "
-                "equal-width confidence bins."
-            )
-        )
-        blocks.append(Heading(2, "Summary"))
+    method = Para(
+        "Each set's models are merged by averaging their weights as they are (`none`) and "
+        "after Git Re-Basin's merge-many (`weight`, App. A.10: every model permuted by weight "
+        "matching onto the mean of the others, round after round, until no permutation "
+        "changes), then compared with the models, their ensemble (averaged logits) and a "
+        f"reference model trained on all the data, on the {data.get('split', 'test')} split; "
+        f"ECE over {settings.get('ece_bins', '?')} equal-width confidence bins."
+    )
+
+    def body(figures: Figures) -> list[Block]:
+        blocks: list[Block] = [method, Heading(2, "Summary")]
         blocks += [Para(verdict(name, set_rows)) for name, set_rows in sets.items()]
         blocks.append(figures.block(_bars(sets, where)))
         blocks.append(Heading(2, "Sets"))
@@ -265,7 +248,6 @@ def write_merge_many_report(
         if plot is not None:
             blocks.append(Heading(2, "Calibration"))
             blocks.append(figures.block(plot))
-        blocks += reproducibility_blocks(record, folder, toml)
         return blocks
 
-    return write_document(out, title, blocks_of)
+    return Page(title, body, record, folder, toml)

@@ -16,16 +16,14 @@ shown in percent (barriers in percentage points). The path is θ(λ) = (1 − λ
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from lmc.config import LmcError
-from lmc.store import check_output_place
 
-from .document import Block, Heading, Note, Para, Table, opening
+from .document import Block, Heading, Note, Para, Table
 from .figures import Plot
-from .kinds import read_record
+from .page import Figures, Page, read_record
 from .style import finish_axes, method_style, new_figure, render
 
 #: The verdict's thresholds: after weight matching the last epoch's barrier must be at most
@@ -232,60 +230,15 @@ def _figure(summary: Summary) -> Plot:
     return Plot("onset", "Barrier against training epoch", caption, render(fig))
 
 
-def write_onset_report(
-    results_dir: str | os.PathLike,
-    *,
-    out_dir: str | os.PathLike | None = None,
-    title: str | None = None,
-    quiet: bool = True,
-) -> dict[str, Any]:
-    """Write the onset study's ``report.md``, ``report.html`` and figure (module docstring);
-    returns ``{"report_md", "report_html", "figures"}`` like :func:`lmc.report.write_report`."""
-    from .build import reproducibility_blocks, write_document
-
-    folder = Path(results_dir)
-    out = Path(out_dir) if out_dir is not None else folder
-    check_output_place(out, "report folder")
-    record, toml, rows = _read(folder)
-    summary = summarise(rows)
-    config = record.get("config", {})
-    settings = config.get("onset", {})
-    pairs = len({int(r["pair"]) for r in rows})
-    title = title or f"Onset of linear mode connectivity ({record.get('name', 'onset')})"
-    model = config.get("model", {})
-    train = config.get("train", {})
-
-    def blocks_of(figures) -> list[Block]:
-        blocks: list[Block] = opening(title, record)
-        blocks += [
-            Para(
-                "Git Re-Basin (Ainsworth et al. 2023, Fig. 3) claims that linear mode "
-                "connectivity modulo permutation emerges during training: early in training "
-                "(initialisation included) weight matching does not connect two independently "
-                "trained models linearly, and as training proceeds the loss barrier after "
-                "weight matching falls toward zero while the barrier without alignment stays "
-                "high. Here both endpoints of each pair are compared after the same number of "
-                "epochs of their own runs."
-            ),
-            Para(verdict(summary)),
-            Heading(2, "Barriers against the training epoch"),
-            *_tables(summary, pairs),
-            Heading(2, "Figure"),
-            figures.block(_figure(summary)),
-            Note(
-                f"{pairs} pair(s) (A seed s + 2p, B seed s + 2p + 1, s = "
-                f"{settings.get('seed', '?')}); model {model.get('name', '?')} width "
-                f"{settings.get('width', '?')}, {train.get('epochs', '?')} training epochs, "
-                f"weight decay {settings.get('weight_decay', '?')}; measured on the "
-                f"{config.get('data', {}).get('split', '?')} split of "
-                f"{config.get('data', {}).get('dataset', '?')} at "
-                f"{_grid_size(settings.get('lambdas'))} values of λ."
-            ),
-            *reproducibility_blocks(record, folder, toml),
-        ]
-        return blocks
-
-    return write_document(out, title, blocks_of)
+#: The claim the onset report checks (its first paragraph).
+CLAIM = (
+    "Git Re-Basin (Ainsworth et al. 2023, Fig. 3) claims that linear mode connectivity modulo "
+    "permutation emerges during training: early in training (initialisation included) weight "
+    "matching does not connect two independently trained models linearly, and as training "
+    "proceeds the loss barrier after weight matching falls toward zero while the barrier "
+    "without alignment stays high. Here both endpoints of each pair are compared after the "
+    "same number of epochs of their own runs."
+)
 
 
 def _grid_size(lambdas: Any) -> str:
@@ -295,3 +248,36 @@ def _grid_size(lambdas: Any) -> str:
         return str(len(lambda_grid(lambdas)[0]))
     except (LmcError, TypeError):
         return "?"
+
+
+def onset_page(folder: Path, title: str | None = None, quiet: bool = True) -> Page:
+    """The onset study's report of the results folder ``folder`` (module docstring), as
+    :func:`lmc.report.write_report` writes it."""
+    record, toml, rows = _read(folder)
+    summary = summarise(rows)
+    config = record.get("config", {})
+    settings = config.get("onset", {})
+    pairs = len({int(r["pair"]) for r in rows})
+    model, train, data = (config.get(k, {}) for k in ("model", "train", "data"))
+    setup = Note(
+        f"{pairs} pair(s) (A seed s + 2p, B seed s + 2p + 1, s = "
+        f"{settings.get('seed', '?')}); model {model.get('name', '?')} width "
+        f"{settings.get('width', '?')}, {train.get('epochs', '?')} training epochs, "
+        f"weight decay {settings.get('weight_decay', '?')}; measured on the "
+        f"{data.get('split', '?')} split of {data.get('dataset', '?')} at "
+        f"{_grid_size(settings.get('lambdas'))} values of λ."
+    )
+
+    def body(figures: Figures) -> list[Block]:
+        return [
+            Para(CLAIM),
+            Para(verdict(summary)),
+            Heading(2, "Barriers against the training epoch"),
+            *_tables(summary, pairs),
+            Heading(2, "Figure"),
+            figures.block(_figure(summary)),
+            setup,
+        ]
+
+    title = title or f"Onset of linear mode connectivity ({record.get('name', 'onset')})"
+    return Page(title, body, record, folder, toml)

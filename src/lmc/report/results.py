@@ -5,7 +5,10 @@ Files (see the package docstring for columns): ``results.csv`` (required), ``stu
 ``study.toml``, ``layers.csv``, ``moments.json``, ``spectra.json``, ``table1.csv``,
 ``stitch.csv`` (all optional). Numbers are parsed to ``float`` (``pair`` and ``layer`` to
 ``int``); an empty cell, ``nan`` or ``None`` becomes NaN; a missing column reads as NaN
-everywhere. Path convention: θ(λ) = (1 − λ)θ_A + λθ_B, so ``lam`` = 0 is model A and 1 is
+everywhere (every barrier of :data:`lmc.metrics.BARRIER_KEYS` is in every row, NaN in results
+written before it was a column). The model's name comes from results.csv or ``study.json``,
+and what its widths count from its registry entry (:attr:`Results.width_label`).
+Path convention: θ(λ) = (1 − λ)θ_A + λθ_B, so ``lam`` = 0 is model A and 1 is
 model B. Accuracies are fractions.
 
 Undefined values: where a row's calibration hit the bound of its β search
@@ -38,6 +41,7 @@ from lmc.experiments.cells import (  # noqa: F401  (re-exported for the figures)
     read_csv,
 )
 from lmc.experiments.table import calibration_undefined, drop_undefined
+from lmc.metrics import BARRIER_KEYS
 
 
 @dataclass
@@ -95,7 +99,14 @@ class Results:
 
     @property
     def model(self) -> str:
-        return self._text("model")
+        """The model's name: the ``model`` column of results.csv, else the study's
+        ``[model] name`` in ``study.json`` (results written without the column), else ``?``."""
+        name = self._text("model")
+        if name != "?":
+            return name
+        model = (self.study.get("config") or {}).get("model") if self.study else None
+        given = model.get("name") if isinstance(model, dict) else None
+        return given if isinstance(given, str) and given else "?"
 
     @property
     def split(self) -> str:
@@ -106,12 +117,26 @@ class Results:
         return self._text("bn")
 
     @property
-    def width_counts_units(self) -> bool:
-        """Whether the model's width is a number of units (an MLP's), not a channel multiplier,
-        as its registry entry declares (units for an unknown model name)."""
+    def model_entry(self) -> Any:
+        """The :class:`lmc.models.ModelEntry` of :attr:`model`, or ``None`` for a name the
+        registry does not know (or several models, or none recorded)."""
         from lmc.models import MODELS
 
-        entry = MODELS.get(self.model)
+        return MODELS.get(self.model)
+
+    @property
+    def width_label(self) -> str | None:
+        """What a width counts, as the model's registry entry says (``hidden units per
+        layer``, ``channel multiplier``, ``embedding dimension``); ``None`` when the model is
+        unknown (:attr:`model_entry`), so the report says just "width"."""
+        entry = self.model_entry
+        return None if entry is None else entry.width_label
+
+    @property
+    def width_counts_units(self) -> bool:
+        """Whether the model's width is an integer count (``units``), not a channel multiplier,
+        as its registry entry declares (units for an unknown model name)."""
+        entry = self.model_entry
         return entry is None or entry.width == "units"
 
     @property
@@ -248,6 +273,9 @@ def load_results(results_dir: str | os.PathLike) -> Results:
     rows = read_csv(results_csv)
     undefined = _undefined_cells(rows)
     rows = [drop_undefined(r) for r in rows]
+    for r in rows:  # results written before a barrier was a column: NaN there
+        for key in BARRIER_KEYS:
+            r.setdefault(key, math.nan)
     if not rows:
         raise LmcError(f"{results_csv} has no rows; run `lmc sweep` again to fill it")
     missing = [c for c in REQUIRED_RESULT_COLUMNS if c not in rows[0]]

@@ -2,8 +2,8 @@
 
 A results folder written by ``lmc sweep`` for a study with ``[[variants]]``
 (:mod:`lmc.experiments.variants`) holds ``variants.json``, ``variants.csv`` and one ordinary
-results folder per variant. :func:`write_variants_report` writes each variant's report in its
-folder (:func:`lmc.report.write_report`) and an index (``report.md``, ``report.html``): the
+results folder per variant. :func:`lmc.report.write_report` writes each variant's report in
+its folder and the index (:func:`variants_page`; ``report.md``, ``report.html``): the
 variants, the settings each changes, and Table 1's headline columns across all of them
 (λ = ½, mean ± std over pairs), so a second axis (depth, activation) reads in one table.
 """
@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import LmcError
-from lmc.store import check_output_place, output_files, read_json, write_text
+from lmc.experiments.cells import read_csv
+from lmc.store import read_json
 
-from .document import Bullets, Heading, Para, Table, opening, to_html, to_markdown
+from .document import Block, Bullets, Heading, Para, Table
+from .page import Page
 
 VARIANTS_FILE = "variants.json"
 
@@ -51,35 +53,24 @@ def _cell(value: Any, fmt: str) -> str:
         return str(value)
 
 
-def write_variants_report(
-    results_dir: str | os.PathLike,
-    *,
-    out_dir: str | os.PathLike | None = None,
-    title: str | None = None,
-    quiet: bool = True,
-) -> dict[str, Any]:
-    """Write every variant's report and the index; returns the index's ``report_md`` and
-    ``report_html``, ``figures`` (every variant's) and ``variants`` (each variant's paths)."""
-    from lmc.experiments import read_csv
-
-    from .build import write_report
-
-    results = Path(results_dir)
-    out = Path(out_dir) if out_dir is not None else results
-    check_output_place(out, "report folder")
+def read_variants(results: Path) -> dict[str, Any]:
+    """``variants.json`` of the results folder ``results``, checked to list variants (each
+    ``{"name", "folder", "changed"}``)."""
     record = read_json(results / VARIANTS_FILE, "variants record")
     variants = record.get("variants") if isinstance(record, dict) else None
     if not isinstance(variants, list) or not variants:
         raise LmcError(f"{results / VARIANTS_FILE} lists no variants; re-run `lmc sweep`")
-    written = {}
-    for v in variants:
-        written[v["name"]] = write_report(
-            results / v["folder"], out_dir=out / v["folder"], quiet=quiet
-        )
+    return record
+
+
+def variants_page(results: Path, record: dict[str, Any], title: str | None = None) -> Page:
+    """The index of the study with variants in ``results`` (``record``: its
+    :func:`read_variants`); a page without figures (each variant's report has its own)."""
+    variants = record["variants"]
     rows = read_csv(results / "variants.csv")
     keys = sorted({k for v in variants for k in v.get("changed", {})})
     title = title or f"Linear mode connectivity: {record.get('name', 'study')} (variants)"
-    blocks = opening(title, record)
+    blocks: list[Block] = []
     blocks.append(
         Para(
             f"{len(variants)} variants of one study, each a full study with its own report "
@@ -111,13 +102,4 @@ def write_variants_report(
             wide=True,
         )
     )
-    names = ("report.md", "report.html")
-    with output_files(out, names) as stage:
-        write_text(stage / "report.md", to_markdown(blocks))
-        write_text(stage / "report.html", to_html(blocks, title))
-    return {
-        "report_md": str(out / "report.md"),
-        "report_html": str(out / "report.html"),
-        "figures": [f for paths in written.values() for f in paths["figures"]],
-        "variants": written,
-    }
+    return Page(title, lambda _: blocks, record, figures=False)

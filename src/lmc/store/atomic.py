@@ -1,4 +1,14 @@
-"""Atomic file writes and safe tensor files: a reader never sees half a file."""
+"""Atomic file writes and safe tensor files: a reader never sees half a file.
+
+Temporary names. Everything lmc writes beside its place before renaming it in is named
+``.<name>.lmc-<host>-<pid>.<random>.tmp`` (a file or folder being written) or
+``.<name>.lmc-<host>-<pid>.old`` (an earlier output set aside while the new one is renamed
+in), where ``<host>`` is 8 hex digits of a hash of this machine's host name and ``<pid>`` the
+writing process (:func:`owner_tag`). A ``kill -9`` can leave such an entry behind; it is
+provably stale when its host is this machine and no process with its pid is alive, and
+:func:`remove_stale` removes exactly those. An entry of a live process, of another machine
+(a shared file system) or of an older lmc (no tag) is never touched.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,9 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +33,78 @@ from safetensors.torch import load, load_file, save
 from lmc.config import LmcError, check_regular_file, read_regular_bytes
 
 
+def owner_tag() -> str:
+    """``lmc-<host>-<pid>``: who writes a temporary entry (see the module docstring)."""
+    host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    return f"lmc-{host}-{os.getpid()}"
+
+
+_OWNED = re.compile(
+    r"\.(?:(?P<name>.*)\.)?lmc-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)\.(?:[A-Za-z0-9_]+\.tmp|old)"
+)
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists here (one of another user's counts; so does a zombie)."""
+    if pid <= 0 or os.name == "nt":  # on Windows signal 0 is CTRL_C_EVENT: never probe
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def is_stale(name: str) -> bool:
+    """Whether ``name`` is a temporary entry (``….lmc-<host>-<pid>.<random>.tmp`` or
+    ``….lmc-<host>-<pid>.old``) written on this machine by a process that is no longer alive."""
+    match = _OWNED.fullmatch(name)
+    if match is None:
+        return False
+    host, pid = match.group("host"), int(match.group("pid"))
+    return owner_tag().split("-")[1] == host and not _pid_alive(pid)
+
+
+def remove_stale(folder: str | os.PathLike, prefix: str = ".") -> list[Path]:
+    """Tidy what a killed lmc process left directly in ``folder``: the stale temporary entries
+    (:func:`is_stale`) whose names start with ``prefix``. Returns the entries tidied.
+
+    A stale ``.<name>.<tag>.old`` whose ``<name>`` is missing (the writer was killed between
+    setting the earlier output aside and renaming the new one in) is put back as ``<name>``;
+    every other stale entry is removed (a half-written one is never renamed in). Only entries
+    provably stale are touched: one whose writer is alive (a concurrent worker), was on another
+    machine, or carries no tag is left alone. Errors (a read-only store, an entry removed
+    meanwhile by another process tidying the same folder) are ignored."""
+    folder = Path(folder)
+    tidied = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return tidied
+    for entry in entries:
+        if not entry.name.startswith(prefix) or not is_stale(entry.name):
+            continue
+        path = Path(entry.path)
+        name = _OWNED.fullmatch(entry.name).group("name")  # type: ignore[union-attr]
+        try:
+            if entry.name.endswith(".old") and name and not os.path.lexists(folder / name):
+                os.replace(path, folder / name)  # the earlier output, put back
+            elif entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            continue
+        tidied.append(path)
+    return tidied
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}.{owner_tag()}."
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path``.
@@ -31,7 +115,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise LmcError(f"cannot write {path}: {exc.strerror or exc}") from exc
     os.close(fd)
@@ -69,8 +153,10 @@ def check_output_place(
         if not any((path / name).exists() for name in replaces):
             marks = " or ".join(replaces) or "lmc's files"
             raise LmcError(
-                f"the {what} {path} holds other files (no {marks}); lmc replaces it whole, "
-                "so give a new or empty folder"
+                f"the {what} {path} holds other files (no {marks}, so no earlier lmc output) "
+                f"and lmc replaces its output folder whole: give a new or empty folder (e.g. "
+                f"{path / 'lmc-out'}), or the folder an earlier run of this command wrote "
+                "(its outputs are replaced); nothing was written"
             )
     existing = _nearest_existing(path)
     if not existing.is_dir():
@@ -144,11 +230,20 @@ def output_dir(path: str | os.PathLike, *, replaces: tuple[str, ...] = ()) -> It
     named in ``replaces`` (the mark of an earlier output of the same kind): a folder of other
     files is never replaced. A ``path`` that exists and is not a folder, or a parent that
     cannot be written (read-only, full disk), is an ``LmcError`` naming the path.
+
+    A ``path`` that is a symbolic link to a folder is written through: the link's target is
+    replaced (its temporary folder made beside the target), and the link stays as it was,
+    so the outputs land where the link points. Stale temporary folders of ``path`` left by a
+    killed writer (:func:`remove_stale`) are removed first.
     """
     path = check_output_place(path, replaces=replaces)
+    if path.is_symlink():  # a link to a folder (a dangling one was refused): its target
+        path = Path(os.path.realpath(path))
+    if path.parent.is_dir():
+        remove_stale(path.parent, prefix=f".{path.name}.")
     with made_folder(path.parent):  # parents made here go again on an error
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+            tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
         except OSError as exc:
             raise LmcError(f"cannot write the output folder {path}: {exc.strerror or exc}") from exc
         old = None
@@ -156,7 +251,7 @@ def output_dir(path: str | os.PathLike, *, replaces: tuple[str, ...] = ()) -> It
             yield tmp
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual permissions
             if path.exists():
-                old = path.parent / f".{path.name}.{os.getpid()}.old"
+                old = path.parent / f".{path.name}.{owner_tag()}.old"
                 os.replace(path, old)
             os.replace(tmp, path)
             if old is not None:
@@ -180,8 +275,9 @@ def output_files(folder: str | os.PathLike, names: Sequence[str] | None) -> Iter
     the caller writes each of ``names`` (files or folders; ``None``: whatever it writes) into
     it. On success each is moved over its place in ``folder`` (a folder replaced whole); on
     any error the temporary folder goes, folders made here go, and ``folder`` keeps what it
-    held. Files in ``folder`` not
-    named are never touched (a report written beside the results it reads).
+    held. Files in ``folder`` not named are never touched (a report written beside the
+    results it reads), except stale temporary entries a killed writer left
+    (:func:`remove_stale`), removed first.
     """
     folder = check_output_place(folder)
     for name in names or ():
@@ -189,8 +285,9 @@ def output_files(folder: str | os.PathLike, names: Sequence[str] | None) -> Iter
         if target.is_symlink() and not target.exists():
             raise LmcError(f"{target} is a dangling symbolic link; remove it or choose another")
     with made_folder(folder):
+        remove_stale(folder)  # what a killed earlier write left here
         try:
-            stage = Path(tempfile.mkdtemp(prefix=".lmc-", suffix=".tmp", dir=folder))
+            stage = Path(tempfile.mkdtemp(prefix=f".{owner_tag()}.", suffix=".tmp", dir=folder))
         except OSError as exc:
             raise LmcError(f"cannot write into {folder}: {exc.strerror or exc}") from exc
         try:
@@ -209,7 +306,7 @@ def _move_into_place(source: Path, target: Path) -> None:
     if not source.exists():
         raise LmcError(f"{source.name} was not written")  # a bug in the caller, said plainly
     if source.is_dir() and target.is_dir() and not target.is_symlink():
-        old = target.parent / f".{target.name}.{os.getpid()}.old"
+        old = target.parent / f".{target.name}.{owner_tag()}.old"
         os.replace(target, old)
         os.replace(source, target)
         shutil.rmtree(old, ignore_errors=True)

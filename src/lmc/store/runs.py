@@ -24,6 +24,13 @@ Integrity, what is checked when:
 A mismatch is a :class:`DamagedRunError` (an ``LmcError``), one line naming the file. A
 finished run without a manifest (written before lmc kept one) loads with one
 :class:`~lmc.config.LmcWarning`: unverified, never damaged.
+
+Leftovers of a kill: a run folder is written whole under a temporary name beside its place
+(``.<run>.lmc-<host>-<pid>.<random>.tmp``) and renamed in (:func:`lmc.store.output_dir`), so a
+``kill -9`` mid-write can leave that temporary folder. :meth:`RunStore.tidy` removes the ones
+whose writing process is gone (never a live worker's), and the store tidies itself before it
+writes (:meth:`RunStore.check_writable`) and on a look-up (:meth:`RunStore.find`) when its
+folder changed since it last did, so a re-run leaves the store as an uninterrupted run would.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from .atomic import (
     load_regular_tensors,
     output_dir,
     read_json,
+    remove_stale,
     save_tensors,
     tensors_from_bytes,
     write_json,
@@ -149,8 +157,36 @@ class RunStore:
 
     def check_writable(self) -> Path:
         """Refuse at once a store that cannot be written (a file, a dangling link, read-only,
-        a full disk): an ``LmcError`` naming it. Verbs that add runs call it before working."""
-        return check_output_place(self.root, "run store")
+        a full disk): an ``LmcError`` naming it. Verbs that add runs call it before working.
+        Then tidies the store (:meth:`tidy`)."""
+        root = check_output_place(self.root, "run store")
+        self.tidy()
+        return root
+
+    def tidy(self) -> list[Path]:
+        """Remove what killed writers left in the store: temporary run folders (and the
+        earlier folders set aside while a new one was renamed in, put back when their run's
+        folder is missing) whose writing process on this machine is gone
+        (:func:`lmc.store.atomic.remove_stale`). A live process's, another machine's or an
+        older lmc's entries stay. Returns the entries tidied; a missing store is nothing."""
+        if not self.root.is_dir():
+            return []
+        tidied = remove_stale(self.root)
+        try:
+            _TIDIED[str(self.root.absolute())] = self.root.stat().st_mtime_ns
+        except OSError:
+            pass
+        return tidied
+
+    def _tidy_if_changed(self) -> None:
+        """:meth:`tidy` unless the store's folder is unchanged (no entry added or removed)
+        since this process last tidied it: a look-up costs one ``stat``."""
+        try:
+            mtime = self.root.stat().st_mtime_ns
+        except OSError:
+            return
+        if _TIDIED.get(str(self.root.absolute())) != mtime:
+            self.tidy()
 
     def path_for(self, config: dict[str, Any]) -> Path:
         return self.root / run_name(config)
@@ -167,8 +203,12 @@ class RunStore:
         """The finished run for ``config`` to reuse, or ``None``. With ``verify`` (the default)
         every file is checked against the manifest first: a damaged run raises
         :class:`DamagedRunError` naming the file (see :meth:`reopen`)."""
+        self._tidy_if_changed()  # a re-run tidies what a killed one left
         path = self.path_for(config)
-        return load_run(path, verify=verify) if is_finished(path) else None
+        if not is_finished(path):
+            return None
+        remove_stale(path)  # a temporary file a killed writer left in the run folder
+        return load_run(path, verify=verify)
 
     def find_or_reopen(self, config: dict[str, Any], action: str = "making") -> Run | None:
         """:meth:`find`, except that a damaged run is said so on stderr (one line naming the
@@ -235,6 +275,7 @@ def is_finished(run_dir: str | os.PathLike) -> bool:
 
 
 _HASHED_NAME = re.compile(r".+-([0-9a-f]{12})")
+_TIDIED: dict[str, int] = {}  # store -> its folder's mtime (ns) when this process tidied it
 _WARNED_UNVERIFIED: set[str] = set()
 
 

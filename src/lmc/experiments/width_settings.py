@@ -1,0 +1,296 @@
+"""The width study's settings (``experiment = "width"``, the default kind): a TOML file
+describing a width x weight-decay x pairs x methods grid.
+
+Every key is checked: an unknown key or a wrong type is an ``LmcError`` naming it. The
+resolved study (defaults filled in) is what gets recorded beside the results.
+
+    name = "lewc-digits-mlp"
+    description = "..."
+
+    [data]
+    dataset = "digits"        # any lmc.data name
+    options = {}              # dataset options (synthetic sizes, ...)
+    split = "test"            # the split merges are evaluated and analysed on
+
+    [model]
+    name = "mlp"              # mlp, vgg11, vgg16, resnet20
+    depth = 3                 # any other model option except width/input size/classes
+    norm = "none"
+
+    [sweep]
+    widths = [16, 64, 256, 1024]     # MLP hidden units or CNN channel multipliers
+    weight_decays = [3e-3, 1e-4]
+    pairs = 2                        # independent pairs (A, B) per width and weight decay
+    spawn_epoch = 0                  # 0: independent training; K > 0: spawn A and B from one
+                                     # run after K epochs (Frankle et al.)
+    seed = 0                         # pair p trains A with seed + 2p, B with seed + 2p + 1
+
+    [train]                          # lmc.train.TrainSettings except seeds and weight decay
+    epochs = 30
+
+    [merge]
+    methods = ["none", "weight"]     # none, weight, activation, ste, random
+    lambdas = 11                     # number of grid points, or a list
+    calibrate = true
+    calibration = "auto"             # split: beta on a random 20%, scored on the other 80%;
+                                     # crossfit: K folds, beta on K - 1, every example scored
+                                     # once; auto: crossfit below 1000 calibration examples
+    calibration_folds = 5            # K of crossfit (>= 2)
+    calibration_seed = 0
+    bn = "auto"                      # auto, reset, repair, none
+    align_seed = 0
+    align_examples = 2000            # training examples used by activation matching / STE
+    weight_init = "onepass"          # weight matching's start: onepass or identity
+    weight_restarts = 1              # weight matching from K visiting orders, the best kept
+    weight_solver = "auto"           # its assignment solver: auto (lapx if installed), scipy,
+                                     # lapx or sparse
+
+    [analysis]
+    enabled = true
+    lambdas = [0.5]
+    max_examples = 2000
+
+    [stitch]                         # LLFC App. B.4: A's first l layers, then aligned B's
+    enabled = false                  # stitch.csv: the error per l = 0..L of every merge job
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from lmc.config import LmcError, check_int, check_number
+from lmc.metrics import CALIBRATE_DEFAULTS, CALIBRATIONS
+from lmc.models import get_model
+from lmc.pair.settings import ALIGN_METHODS
+from lmc.perm.lap import SOLVERS, resolve_solver
+from lmc.train import TrainSettings
+
+from .jobs import pair_settings
+from .kind_settings import (
+    DATA_SCHEMA,
+    MAX_TRAINING_RUNS,
+    check_data,
+    check_name,
+    data_given,
+    resolve_model,
+    resolve_train,
+)
+
+KIND = "width"
+METHODS = ALIGN_METHODS
+BN_MODES = ("auto", "reset", "repair", "none")
+WEIGHT_INITS = ("identity", "onepass")
+WEIGHT_SOLVERS = SOLVERS
+
+# section -> key -> (allowed types, default). A default of ... means required.
+SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
+    "": {
+        "name": ((str,), "study"),
+        "description": ((str,), ""),
+        "experiment": ((str,), KIND),
+    },
+    "data": DATA_SCHEMA,
+    "sweep": {
+        "widths": ((list,), ...),
+        "weight_decays": ((list,), [3e-3]),
+        "pairs": ((int,), 2),
+        "spawn_epoch": ((int,), 0),
+        "seed": ((int,), 0),
+    },
+    "merge": {
+        "methods": ((list,), ["none", "weight"]),
+        "lambdas": ((int, list), 11),
+        "calibrate": ((bool,), CALIBRATE_DEFAULTS["width"]),
+        "calibration": ((str,), "auto"),
+        "calibration_folds": ((int,), 5),
+        "calibration_seed": ((int,), 0),
+        "bn": ((str,), "auto"),
+        "align_seed": ((int,), 0),
+        "align_examples": ((int,), 2000),
+        "ste_steps": ((int,), 200),
+        "weight_init": ((str,), "onepass"),
+        "weight_restarts": ((int,), 1),
+        "weight_solver": ((str,), "auto"),
+    },
+    "analysis": {
+        "enabled": ((bool,), True),
+        "lambdas": ((list, float, int), [0.5]),
+        "max_examples": ((int,), 2000),
+    },
+    "stitch": {"enabled": ((bool,), False)},
+}
+SECTIONS = ("data", "model", "sweep", "train", "merge", "analysis", "stitch")
+
+
+def _where(source: str | None) -> str:
+    return f" in {source}" if source else ""
+
+
+def _check_type(key: str, value: Any, types: tuple[type, ...], source: str | None) -> None:
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if float in types and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        names = " or ".join(t.__name__ for t in types)
+        raise LmcError(f"key {key!r}{_where(source)} must be {names}, got {value!r}")
+
+
+def resolve_width(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+    """Check a parsed width study against the schema and fill in defaults; return the
+    resolved study (``source`` names the file in errors)."""
+    raw = copy.deepcopy(raw)
+    study: dict[str, Any] = {}
+    for key in raw:
+        if key not in SECTIONS and key not in SCHEMA[""]:
+            known = ", ".join([*SCHEMA[""], *SECTIONS])
+            raise LmcError(f"unknown key {key!r}{_where(source)}; top-level keys are {known}")
+    for key, (types, default) in SCHEMA[""].items():
+        study[key] = raw.get(key, default)
+        _check_type(key, study[key], types, source)
+    check_name(study["name"], source)
+    for section in SECTIONS:
+        given = raw.get(section, {})
+        if not isinstance(given, dict):
+            raise LmcError(f"{section!r}{_where(source)} must be a table ([{section}])")
+        if section == "model":
+            study["model"] = resolve_model(given, study.get("data"), "[sweep]", source, "widths")
+            continue
+        if section == "train":
+            study["train"] = resolve_train(given, "[sweep]", source)
+            continue
+        resolved = {}
+        for key in given:
+            if key not in SCHEMA[section]:
+                raise LmcError(
+                    f"unknown key '{section}.{key}'{_where(source)}; known: "
+                    f"{', '.join(SCHEMA[section])}"
+                )
+        for key, (types, default) in SCHEMA[section].items():
+            if key not in given and default is ...:
+                raise LmcError(f"missing key '{section}.{key}'{_where(source)}")
+            value = given.get(key, copy.deepcopy(default))
+            _check_type(f"{section}.{key}", value, types, source)
+            resolved[key] = value
+        study[section] = resolved
+    _check_values(study, source)
+    return study
+
+
+def _check_values(study: dict[str, Any], source: str | None) -> None:
+    where = _where(source)
+    check_data(study["data"], source)
+    sweep = study["sweep"]
+    if not sweep["widths"] or not all(
+        isinstance(w, (int, float)) and w > 0 for w in sweep["widths"]
+    ):
+        raise LmcError(f"'sweep.widths'{where} must be a non-empty list of positive numbers")
+    entry = get_model(study["model"]["name"])
+    for width in sweep["widths"]:
+        try:
+            entry.width_value(width)
+        except LmcError as exc:
+            raise LmcError(f"'sweep.widths'{where}: {exc}") from None
+    if not sweep["weight_decays"]:
+        raise LmcError(f"'sweep.weight_decays'{where} must be a non-empty list of numbers >= 0")
+    for value in sweep["weight_decays"]:
+        check_number(f"each of 'sweep.weight_decays'{where}", value, minimum=0.0)
+    _at("sweep", where, check_int, "pairs", sweep["pairs"], minimum=1)
+    for key in ("spawn_epoch", "seed"):
+        _at("sweep", where, check_int, key, sweep[key], minimum=0)
+    runs = 2 * sweep["pairs"] * len(sweep["widths"]) * len(sweep["weight_decays"])
+    if runs > MAX_TRAINING_RUNS:
+        raise LmcError(
+            f"'sweep'{where} asks for {runs:,} training runs ({sweep['pairs']:,} pairs x "
+            f"{len(sweep['widths'])} widths x {len(sweep['weight_decays'])} weight decays x 2); "
+            f"the limit is {MAX_TRAINING_RUNS:,}: split the study into smaller ones"
+        )
+    epochs = study["train"].get("epochs", TrainSettings().epochs)
+    if sweep["spawn_epoch"] > epochs:
+        raise LmcError(f"'sweep.spawn_epoch'{where} exceeds the {epochs} training epochs")
+    merge = study["merge"]
+    for method in merge["methods"]:
+        if method not in METHODS:
+            raise LmcError(
+                f"unknown merge method {method!r} in 'merge.methods'{where}: "
+                f"choose from {', '.join(METHODS)}"
+            )
+    if not merge["methods"]:
+        raise LmcError(f"'merge.methods'{where} is empty")
+    if merge["bn"] not in BN_MODES:
+        raise LmcError(f"'merge.bn'{where} must be one of {', '.join(BN_MODES)}")
+    if merge["calibration"] not in CALIBRATIONS:
+        raise LmcError(
+            f"'merge.calibration'{where} must be one of {', '.join(CALIBRATIONS)}, "
+            f"got {merge['calibration']!r}"
+        )
+    if merge["calibration_folds"] < 2:
+        raise LmcError(
+            f"'merge.calibration_folds'{where} must be at least 2, got {merge['calibration_folds']}"
+        )
+    if isinstance(merge["lambdas"], int) and merge["lambdas"] < 2:
+        raise LmcError(f"'merge.lambdas'{where} must be at least 2 points or a list")
+    for key in ("calibration_seed", "align_seed"):
+        _at("merge", where, check_int, key, merge[key], minimum=0)
+    _at("merge", where, check_int, "align_examples", merge["align_examples"], minimum=1)
+    _at("merge", where, check_int, "ste_steps", merge["ste_steps"], minimum=0)
+    if merge["weight_init"] not in WEIGHT_INITS:
+        raise LmcError(
+            f"'merge.weight_init'{where} must be one of {', '.join(WEIGHT_INITS)}, "
+            f"got {merge['weight_init']!r}"
+        )
+    _at("merge", where, check_int, "weight_restarts", merge["weight_restarts"], minimum=1)
+    if merge["weight_solver"] not in WEIGHT_SOLVERS:
+        raise LmcError(
+            f"'merge.weight_solver'{where} must be one of {', '.join(WEIGHT_SOLVERS)}, "
+            f"got {merge['weight_solver']!r}"
+        )
+    if "weight" in merge["methods"]:
+        try:
+            resolve_solver(merge["weight_solver"])  # lapx asked for where it cannot run
+        except LmcError as exc:
+            raise LmcError(f"'merge.weight_solver'{where}: {exc}") from None
+    _at("analysis", where, check_int, "max_examples", study["analysis"]["max_examples"])
+    lams = study["analysis"]["lambdas"]
+    lams = lams if isinstance(lams, list) else [lams]
+    if not lams or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lams):
+        raise LmcError(f"'analysis.lambdas'{where} must be a non-empty list of numbers in [0, 1]")
+    study["analysis"]["lambdas"] = [float(v) for v in lams]
+    if not all(0.0 <= v <= 1.0 for v in study["analysis"]["lambdas"]):
+        raise LmcError(f"'analysis.lambdas'{where} must lie in [0, 1]")
+    if study["stitch"]["enabled"]:
+        _check_stitchable(study, where)
+    # The settings every merge job will build, built now: a value only they rule out (a
+    # lambda outside [0, 1], ...) fails here, before any run is trained.
+    for method in merge["methods"]:
+        job = {"merge": merge, "analysis": study["analysis"], "method": method,
+               "split": study["data"]["split"]}  # fmt: skip
+        try:
+            pair_settings(job)
+        except LmcError as exc:
+            raise LmcError(f"[merge]{where}: {exc}") from None
+
+
+def _check_stitchable(study: dict[str, Any], where: str) -> None:
+    """``[stitch] enabled`` needs a model :mod:`lmc.analysis.stitch` can cut into layers:
+    checked on the study's narrowest model, before anything is trained."""
+    from lmc.analysis import num_stitch_layers
+    from lmc.models import build
+
+    from .jobs import model_options
+
+    entry = get_model(study["model"]["name"])
+    given = data_given(entry, study["data"])
+    width = min(study["sweep"]["widths"])
+    try:
+        model = build(study["model"]["name"], **given, num_classes=10,
+                      **model_options(study, width))  # fmt: skip
+        num_stitch_layers(model)
+    except LmcError as exc:
+        raise LmcError(f"'stitch.enabled'{where}: {exc}") from None
+
+
+def _at(section: str, where: str, check, key: str, value: Any, **limits: Any) -> Any:
+    """``check(...)`` of :mod:`lmc.config.validate` on ``value``, its error naming
+    ``section.key`` and the file."""
+    return check(f"'{section}.{key}'{where}", value, **limits)
