@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The test suite: set up .venv (with the extras the tests use: Ray for the executor tests,
-# transformers for the Hugging Face models, pandas for to_dataframe, tensorboard for the logger;
-# LMC_EXTRAS overrides the comma-separated list), fetch the real Fashion-MNIST
-# files where Debian's package can be installed, lint, then run pytest.
+# transformers for the Hugging Face models, pandas for to_dataframe, tensorboard for the logger,
+# lapx for the fast assignment solver; LMC_EXTRAS overrides the comma-separated list), fetch
+# the real Fashion-MNIST files where Debian's package can be installed, lint, then run pytest.
 # Extra arguments go to pytest (e.g. -k weight_matching, -m "not slow").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LMC_EXTRAS=${LMC_EXTRAS-ray,hf,pandas,tensorboard} bash scripts/setup.sh
+LMC_EXTRAS=${LMC_EXTRAS-ray,hf,pandas,tensorboard,fast} bash scripts/setup.sh
 if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "test: installing Debian's dataset-fashion-mnist (real data for the loader tests)" >&2
   { apt-get install -y -q dataset-fashion-mnist || { apt-get update -q && apt-get install -y -q dataset-fashion-mnist; }; } \
