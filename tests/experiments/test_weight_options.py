@@ -126,3 +126,23 @@ def test_a_sweep_runs_weight_matching_with_the_asked_start_and_restarts(tmp_path
     assert len(align["restart_objectives"]) == 3
     assert align["objective_after"] == pytest.approx(max(align["restart_objectives"]))
     assert record["status"] == "finished"
+
+
+def test_merges_of_other_methods_keep_their_ids_whatever_the_weight_matching_keys():
+    """A ``none`` (or ``activation``) merge never reads weight_init / weight_solver /
+    weight_restarts: at the new defaults its id is the one it had before they existed."""
+    data = load("digits")
+    ids = set()
+    for raw in (
+        _with(methods=["none", "activation"]),
+        _with(methods=["none", "activation"], weight_init="identity", weight_solver="scipy"),
+        _with(methods=["none", "activation"], weight_restarts=4, weight_solver="sparse"),
+    ):
+        _, merges = expand(resolve(raw), data)
+        for job in merges:
+            assert not set(LATER_KEYS) & set(job["merge"])
+            assert job["id"] == _old_rule_id(job)
+        ids.add(tuple(job["id"] for job in merges))
+    assert len(ids) == 1
+    assert merge_identity({"weight_init": "onepass"}, "weight") == {"weight_init": "onepass"}
+    assert merge_identity({"weight_init": "onepass"}, "none") == {}
