@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmc.analysis.retention import initial_state
 from lmc.config import LmcError, config_hash, resolve_device
 from lmc.data import Dataset, load
 from lmc.models import get_model
@@ -262,7 +263,11 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
     device = resolve_device(ctx.device)
     data = _dataset(run_a.config, ctx)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
-    pair = run_pair(model_a, model_b, data, pair_settings(job))
+    settings = pair_settings(job)
+    init_states = None
+    if settings.analysis is not None:  # the retention columns of layers.csv
+        init_states = (initial_state(run_a.config), initial_state(run_b.config))
+    pair = run_pair(model_a, model_b, data, settings, init_states=init_states)
     out = ctx.pairs_dir() / job["id"]
     meta = {"run_a": str(run_a.path), "run_b": str(run_b.path), "labels": job["labels"]}
     write_pair(pair, out, summary(pair, {**meta, "out": str(out)}), figures=False)
@@ -276,6 +281,10 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
         "endpoint_train_loss": [
             run_a.metrics.get("final_train_loss"),
             run_b.metrics.get("final_train_loss"),
+        ],
+        "endpoint_decay_budget": [
+            run_a.metrics.get("decay_budget"),
+            run_b.metrics.get("decay_budget"),
         ],
         "path": pair.path.to_dict(),
         "barriers": pair.path.barriers(),
