@@ -48,7 +48,7 @@ else:  # pragma: no cover
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "studies.md"
 REQUIRED = ...  # the schema's marker of a required key
-IDENTITIES = ("run", "merge", "grid", "none")
+IDENTITIES = ("run", "merge", "weight merges", "grid", "none")
 
 # The choices of each string key, from the code; the doc's "allowed values" cell must name
 # exactly these (in backticks).
@@ -429,6 +429,10 @@ def _ids(raw: dict[str, Any], data) -> tuple[set[str], set[str]]:
     return {j["id"] for j in train_jobs}, {j["id"] for j in merge_jobs}
 
 
+def _weight_merge_ids(raw: dict[str, Any], data) -> set[str]:
+    return {j["id"] for j in expand(resolve(raw), data)[1] if j["method"] == "weight"}
+
+
 def observed_identity(raw: dict[str, Any], section: str, key: str, data) -> str:
     t0, m0 = _ids(raw, data)
     value = alternative(section, key, _current(resolve(raw), section, key))
@@ -439,6 +443,9 @@ def observed_identity(raw: dict[str, Any], section: str, key: str, data) -> str:
         return "grid"
     if t0 == t1 and not m0 & m1:
         return "merge"
+    weight0 = _weight_merge_ids(raw, data)
+    if t0 == t1 and weight0 and m0 - m1 == weight0 and len(m1) == len(m0):
+        return "weight merges"  # only the weight-matching merges changed
     if not t0 & t1 and not m0 & m1:
         return "run"
     return f"mixed (runs kept {len(t0 & t1)}/{len(t0)}, merges kept {len(m0 & m1)}/{len(m0)})"
