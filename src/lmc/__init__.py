@@ -1,6 +1,6 @@
 """lmc: linear mode connectivity research.
 
-The pipeline runs one way (see DESIGN.md):
+The pipeline runs one way (see docs/design.md):
 config -> data -> models -> train -> store -> perm -> merge -> metrics -> analysis
 -> experiments -> report, with the ``lmc`` command on top.
 

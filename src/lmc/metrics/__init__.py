@@ -1,7 +1,7 @@
 """Metrics along a path between two models: evaluation in few passes, barriers, calibration,
 ensembles and the random-direction baseline.
 
-Path convention (SCIENCE.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A.
+Path convention (docs/science.md): theta(lam) = (1 - lam) * theta_A + lam * theta_B; lam = 0 is A.
 Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
 
 - :func:`evaluate_path` (options: :class:`PathSettings`) -> :class:`PathResult` (the

@@ -1,4 +1,4 @@
-"""Expected calibration error (ECE) and the reliability diagram (SCIENCE.md, Calibration).
+"""Expected calibration error (ECE) and the reliability diagram (docs/science.md, calibration).
 
 Definition, for ``n`` examples with predicted class probabilities ``p_i`` (rows of softmax of
 the logits, or given probabilities):

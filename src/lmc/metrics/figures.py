@@ -1,6 +1,6 @@
 """Figures without pyplot state: the shared look of every lmc figure and the path figure.
 
-Layering (DESIGN.md: config -> ... -> metrics -> analysis -> pair -> experiments -> report;
+Layering (docs/design.md: config -> ... -> metrics -> analysis -> pair -> experiments -> report;
 each package imports only from those before it). :meth:`lmc.metrics.PathResult.plot` draws
 the path, so the path drawing and the style it uses live here, in ``lmc.metrics``, the
 lowest package that draws; ``lmc.pair`` (the verbs' ``path.png``) and ``lmc.report`` (its
