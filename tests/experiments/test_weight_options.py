@@ -111,7 +111,7 @@ def test_every_committed_study_with_weight_matching_pins_its_start_and_solver(wh
             checked += 1
             merge = one["merge"]
             assert (merge["weight_init"], merge["weight_solver"]) == ("identity", "scipy"), path
-            assert not set(LATER_KEYS) & set(merge_identity(merge)), path
+            assert not set(LATER_KEYS) & set(merge_identity(merge, "weight")), path
     assert checked >= 10
 
 

@@ -50,7 +50,7 @@ from lmc.store import Run
 from lmc.train import TrainSettings, learning_rate, settings_of
 
 from .accumulators import to_stat
-from .spectra import FLOAT64_LIMIT, weight_matrix
+from .spectra import stable_rank, svd_ready, weight_matrix
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -107,14 +107,6 @@ def init_retention(final: torch.Tensor, init: torch.Tensor, name: str = "weight"
     }
 
 
-def _svd_matrix(matrix: torch.Tensor) -> torch.Tensor:
-    """float64 on the CPU up to ``FLOAT64_LIMIT`` on the smaller side (as the spectra), else the
-    weight's own precision on its device."""
-    if min(matrix.shape) <= FLOAT64_LIMIT or matrix.device.type == "mps":
-        return matrix.to("cpu", torch.float64)
-    return matrix
-
-
 @torch.no_grad()
 def shared_energy(
     final_a: torch.Tensor,
@@ -131,7 +123,7 @@ def shared_energy(
     neither). NaN energies and rank ``None`` when A_T + B_T = 0."""
     for tensor in (final_b, init_a, init_b):
         _check_pair(final_a, tensor, name)
-    m = _svd_matrix(weight_matrix(final_a) + weight_matrix(final_b).to(final_a.device))
+    m = svd_ready(weight_matrix(final_a) + weight_matrix(final_b).to(final_a.device))
     rows, cols = m.shape
     u, s, vh = torch.linalg.svd(m, full_matrices=False)
     s = s.to(torch.float64)
@@ -139,8 +131,7 @@ def shared_energy(
     if s.numel() == 0 or float(s[0]) <= 0:
         return {**nan, "init_shared_rank": None, "init_shared_chance": math.nan}
     if rank is None:
-        stable = float((s * s).sum() / (s[0] * s[0]))
-        rank = math.ceil(stable - 1e-9)
+        rank = math.ceil(stable_rank(s.cpu().numpy()) - 1e-9)
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise LmcError(f"rank must be a positive integer, got {rank!r}")
     k = min(rank, int(s.numel()))

@@ -21,13 +21,19 @@ def weight_matrix(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().reshape(weight.shape[0], -1)
 
 
+def svd_ready(matrix: torch.Tensor) -> torch.Tensor:
+    """``matrix`` in the precision its SVD is taken in: float64 on the CPU up to
+    ``FLOAT64_LIMIT`` on the smaller side (and always on MPS, which has no float64 SVD), else
+    the matrix's own precision on its device."""
+    if min(matrix.shape) <= FLOAT64_LIMIT or matrix.device.type == "mps":
+        return matrix.to("cpu", torch.float64)
+    return matrix
+
+
 @torch.no_grad()
 def singular_values(weight: torch.Tensor) -> np.ndarray:
     """Singular values of ``weight_matrix(weight)``, descending, as float64 numpy."""
-    matrix = weight_matrix(weight)
-    if min(matrix.shape) <= FLOAT64_LIMIT or matrix.device.type == "mps":
-        matrix = matrix.to("cpu", torch.float64)
-    return torch.linalg.svdvals(matrix).to("cpu", torch.float64).numpy()
+    return torch.linalg.svdvals(svd_ready(weight_matrix(weight))).to("cpu", torch.float64).numpy()
 
 
 def stable_rank(sv: np.ndarray) -> float:

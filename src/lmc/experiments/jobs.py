@@ -134,7 +134,7 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
 LATER_MERGE_KEYS = {"weight_init": "identity", "weight_restarts": 1, "weight_solver": "scipy"}
 
 
-def merge_identity(merge: dict[str, Any], method: str | None = None) -> dict[str, Any]:
+def merge_identity(merge: dict[str, Any], method: str) -> dict[str, Any]:
     """The ``[merge]`` table as a merge job of ``method`` records it (and hashes it into its id).
 
     The weight-matching keys of :data:`LATER_MERGE_KEYS` enter only the ids of ``weight``
@@ -143,7 +143,7 @@ def merge_identity(merge: dict[str, Any], method: str | None = None) -> dict[str
     return {
         k: v
         for k, v in merge.items()
-        if k not in LATER_MERGE_KEYS or (method in (None, "weight") and LATER_MERGE_KEYS[k] != v)
+        if k not in LATER_MERGE_KEYS or (method == "weight" and LATER_MERGE_KEYS[k] != v)
     }
 
 

@@ -133,13 +133,6 @@ class Results:
         return None if entry is None else entry.width_label
 
     @property
-    def width_counts_units(self) -> bool:
-        """Whether the model's width is an integer count (``units``), not a channel multiplier,
-        as its registry entry declares (units for an unknown model name)."""
-        entry = self.model_entry
-        return entry is None or entry.width == "units"
-
-    @property
     def calibrated(self) -> bool:
         """Whether calibration was on: a calibrated loss was recorded or a calibration was
         undefined (every calibrated loss may be undefined on a tiny split)."""
