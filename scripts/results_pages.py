@@ -4,6 +4,8 @@ Every study folder ``docs/results/<study>/`` holds a page source ``page.md.in`` 
 results; this script renders it into ``docs/results/<study>/README.md``. The top-level README's
 blocks between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->`` are
 rendered from ``docs/results/readme-NAME.md.in``. Nothing else in the README is touched.
+``docs/studies.md``'s ``method-settings`` block is the alignment methods' ``[merge]`` keys,
+made from their records (``lmc.perm.methods``).
 
     python scripts/results_pages.py            # write every page and README block
     python scripts/results_pages.py --check    # exit 1, naming each file, if any would change
@@ -849,11 +851,33 @@ def render_readme(text: str, root: Path = ROOT) -> str:
     return BLOCK.sub(block, text)
 
 
+def render_studies_doc(text: str) -> str:
+    """``docs/studies.md`` with its ``method-settings`` block holding the ``[merge]`` keys of
+    the alignment methods, made from their records (``lmc.perm.methods``)."""
+    from lmc.experiments.width_settings import method_key_rows
+
+    header = "| key | type | default | allowed values | identity | meaning |"
+    body = "\n".join([header, "|---|---|---|---|---|---|", *method_key_rows()])
+
+    def block(m: re.Match) -> str:
+        if m.group("name") != "method-settings":
+            return m.group(0)
+        indent = m.group("indent")
+        return (
+            f"{indent}<!-- BEGIN generated: method-settings -->\n{body}\n"
+            f"{indent}<!-- END generated: method-settings -->"
+        )
+
+    return BLOCK.sub(block, text)
+
+
 def outputs(root: Path = ROOT) -> dict[Path, str]:
     """Every generated file and the text it should hold."""
     out = {folder / PAGE: render_page(folder, root) for folder in study_folders(root)}
     readme = root / "README.md"
     out[readme] = render_readme(readme.read_text(), root)
+    studies = root / "docs" / "studies.md"
+    out[studies] = render_studies_doc(studies.read_text())
     return out
 
 

@@ -84,7 +84,7 @@ def test_corrupt_spawn_parent(tmp_path, capsys):
         (["--label-smoothing", "2"], "label_smoothing must be below 1"),
         (["--warmup-epochs", "-5"], "warmup_epochs must be at least 0"),
         (["--weight-decay", "nan"], "weight_decay must be finite"),
-        (["--depth", "-1"], "depth must be an integer >= 1"),
+        (["--depth", "-1"], "depth must be at least 1"),
     ],
 )
 def test_a_bad_setting_is_one_line_and_creates_nothing(tmp_path, capsys, flags, fragment):

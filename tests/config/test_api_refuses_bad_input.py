@@ -86,7 +86,7 @@ def test_lerp_refuses_lambda_outside_the_path():
         ({"width": 0}, "width must be positive"),
         ({"width": float("nan")}, "width must be positive and finite"),
         ({"width": 2.5}, "integer"),
-        ({"depth": 0}, "depth must be an integer >= 1"),
+        ({"depth": 0}, "depth must be at least 1"),
         ({"depth": -1}, "depth"),
         ({"num_classes": 1}, "num_classes"),
         ({"activation": "swish"}, "activation"),

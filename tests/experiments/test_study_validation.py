@@ -18,7 +18,7 @@ def test_a_study_name_never_leaves_the_output_folder(name):
     "patch, fragment",
     [
         ({"model": {"name": "mlp", "depth": "three"}}, "depth must be an integer"),
-        ({"model": {"name": "mlp", "depth": -2}}, "depth must be an integer >= 1"),
+        ({"model": {"name": "mlp", "depth": -2}}, "depth must be at least 1"),
         ({"sweep": {"widths": [True]}}, "width must be a number"),
         ({"sweep": {"widths": [float("nan")]}}, "positive"),
         ({"model": {"name": "mlp", "activation": "swish"}}, "activation"),

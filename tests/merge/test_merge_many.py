@@ -73,7 +73,8 @@ def _train(seed: int, x: torch.Tensor, y: torch.Tensor):
     return model.eval()
 
 
-def test_iterative_merge_of_trained_models(digits):
+def test_iterative_merge_of_trained_models(digits_dataset):
+    digits = digits_dataset
     x, y = digits.x_train.flatten(1), digits.y_train
     models = [_train(seed, x, y) for seed in (0, 1, 2)]
     result = merge_many_iterative(models, example_input=x[:2], seed=0, weights=[1, 2, 1])

@@ -1,4 +1,5 @@
-"""Shared fixtures for the merge and metrics tests: digits tensors and small trained MLPs."""
+"""Shared fixtures for the merge and metrics tests (tests/merge/conftest.py loads these):
+digits tensors and small trained MLPs."""
 
 from __future__ import annotations
 

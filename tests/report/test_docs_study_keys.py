@@ -35,6 +35,7 @@ from lmc.experiments.study import (
     resolve,
 )
 from lmc.metrics import CALIBRATIONS
+from lmc.perm.methods import method_names, study_keys
 from lmc.models import MODELS
 from lmc.models.layers import ACTIVATIONS, NORMS
 from lmc.models.vit import POOLS
@@ -48,7 +49,8 @@ else:  # pragma: no cover
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "studies.md"
 REQUIRED = ...  # the schema's marker of a required key
-IDENTITIES = ("run", "merge", "weight merges", "grid", "none")
+METHOD_MERGES = tuple(f"{m} merges" for m in method_names())
+IDENTITIES = ("run", "merge", *METHOD_MERGES, "grid", "none")
 
 # The choices of each string key, from the code; the doc's "allowed values" cell must name
 # exactly these (in backticks).
@@ -61,6 +63,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("merge", "calibration"): tuple(CALIBRATIONS),
     ("merge", "weight_init"): tuple(WEIGHT_INITS),
     ("merge", "weight_solver"): tuple(WEIGHT_SOLVERS),
+    **{("merge", key): s.choices for key, (_, s) in study_keys().items() if s.choices},
     ("train", "optimizer"): tuple(OPTIMIZERS),
     ("train", "schedule"): tuple(SCHEDULES),
     ("train", "precision"): tuple(PRECISIONS),
@@ -358,7 +361,9 @@ def test_every_documented_key_is_accepted_at_its_documented_default(text):
             value = doc_value(row["default"])
             if value is REQUIRED:
                 continue  # the base study gives it
-            resolved = resolve(_with(_base(), section, key, True if value is None else value))
+            if value is None:  # unset: any valid value (TOML has no null)
+                value = ALTERNATIVES.get((section, key), lambda v: True)(None)
+            resolved = resolve(_with(_base(), section, key, value))
             assert key in (resolved[section] if section else resolved)
     for name, options in doc["options"]["model"].items():
         for option, row in options.items():
@@ -380,6 +385,8 @@ ALTERNATIVES = {
     ("sweep", "weight_decays"): lambda v: [*v, 1e-4],
     ("sweep", "seed"): lambda v: v + 10,  # + 1 would give pair 0's A the old B's seeds
     ("merge", "methods"): lambda v: [*v, "random"],
+    ("merge", "activation_max_examples"): lambda v: 16,
+    ("merge", "ste_holdout"): lambda v: 8,
     ("merge", "lambdas"): lambda v: v + 1 if isinstance(v, int) else [0.25],
     ("analysis", "lambdas"): lambda v: [0.25],
     ("data", "options"): lambda v: {**v, "seed": 1},
@@ -429,8 +436,8 @@ def _ids(raw: dict[str, Any], data) -> tuple[set[str], set[str]]:
     return {j["id"] for j in train_jobs}, {j["id"] for j in merge_jobs}
 
 
-def _weight_merge_ids(raw: dict[str, Any], data) -> set[str]:
-    return {j["id"] for j in expand(resolve(raw), data)[1] if j["method"] == "weight"}
+def _method_merge_ids(raw: dict[str, Any], data, method: str) -> set[str]:
+    return {j["id"] for j in expand(resolve(raw), data)[1] if j["method"] == method}
 
 
 def observed_identity(raw: dict[str, Any], section: str, key: str, data) -> str:
@@ -443,9 +450,10 @@ def observed_identity(raw: dict[str, Any], section: str, key: str, data) -> str:
         return "grid"
     if t0 == t1 and not m0 & m1:
         return "merge"
-    weight0 = _weight_merge_ids(raw, data)
-    if t0 == t1 and weight0 and m0 - m1 == weight0 and len(m1) == len(m0):
-        return "weight merges"  # only the weight-matching merges changed
+    for method in method_names():
+        own = _method_merge_ids(raw, data, method)
+        if t0 == t1 and own and m0 - m1 == own and len(m1) == len(m0):
+            return f"{method} merges"  # only that method's merges changed
     if not t0 & t1 and not m0 & m1:
         return "run"
     return f"mixed (runs kept {len(t0 & t1)}/{len(t0)}, merges kept {len(m0 & m1)}/{len(m0)})"
@@ -458,7 +466,11 @@ def test_documented_identities_are_observed(text, tiny_data):
         for key, row in keys.items():
             if (section, key) == ("", "experiment"):
                 continue  # another kind is another experiment, not a width study's variant
-            seen = observed_identity(_base(), section, key, tiny_data)
+            base = _base()
+            if section == "merge" and key in study_keys():  # its method among the merges
+                owner = study_keys()[key][0].name
+                base["merge"] = {"methods": sorted({"none", "weight", owner})}
+            seen = observed_identity(base, section, key, tiny_data)
             if seen != row["identity"]:
                 wrong.append(f"{section}.{key}: documented {row['identity']}, observed {seen}")
     for name, options in doc["options"]["model"].items():

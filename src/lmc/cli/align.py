@@ -21,7 +21,6 @@ beside it.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -30,8 +29,7 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError, environment_info
-from lmc.perm.alignment import METHODS as PERM_METHODS
-from lmc.perm.lap import SOLVERS
+from lmc.perm.methods import get_method, method_names
 from lmc.store import RunStore, check_output_place, load_run, output_files, write_json
 
 from .common import (
@@ -48,9 +46,26 @@ from .common import (
     load_inputs,
     uses_own_model,
 )
+from .method_flags import add_method_options, method_settings
 
-METHODS = tuple(m for m in PERM_METHODS if m != "none")  # lmc.perm.align's, one list
-STATISTICS = ("correlation", "covariance")
+#: The older flags of ``lmc align``: flag -> (setting, the methods it sets, help). Each is the
+#: same as ``--<method>-<setting>`` (which wins when both are given).
+SHORT_FLAGS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "--max-iter": ("max_iter", ("weight", "ste"), "most weight-matching passes"),
+    "--tol": ("tol", ("weight", "ste"), "weight matching's stopping fraction"),
+    "--init": ("init", ("weight",), "weight matching's start: onepass or identity"),
+    "--solver": ("solver", ("weight",), "weight matching's assignment solver"),
+    "--restarts": ("restarts", ("weight",), "weight matching from K visiting orders"),
+    "--statistic": ("statistic", ("activation",), "what activation matching matches"),
+    "--batch-size": ("batch_size", ("activation",), "batch size of the statistics pass"),
+    "--max-examples": (
+        "max_examples",
+        ("activation",),
+        "training examples activation matching reads (default 5000; 0 = all)",
+    ),
+}
+#: how many training examples ``lmc align --method activation`` reads unless told
+ACTIVATION_EXAMPLES = 5000
 PERM_FILE = "perm.safetensors"
 SUMMARY_FILE = "perm.json"
 
@@ -68,10 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run folder of model B (gets permuted); with --model-factory/--hf-model: B's "
         "weight file",
     )
+    methods = [m for m in method_names() if m != "none"]
     parser.add_argument(
         "--method",
         default="weight",
-        help=f"alignment method: {', '.join(METHODS)}",
+        help=f"alignment method: {', '.join(methods)} (default weight); its settings are the "
+        "--METHOD-SETTING flags below",
     )
     parser.add_argument(
         "--seed",
@@ -80,66 +97,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seed of the method (weight matching's visiting order, STE's batches, the random "
         "permutation)",
     )
-    wm = parser.add_argument_group("weight matching (also inside STE)")
-    wm.add_argument("--max-iter", type=int, default=100, help="most coordinate-descent passes")
-    wm.add_argument(
-        "--tol",
-        type=float,
-        default=1e-4,
-        help="stop after a pass that raises the matching objective by at most this fraction "
-        "(0 = run until a pass changes nothing)",
+    short = parser.add_argument_group(
+        "short flags (older names of the method settings below; --METHOD-SETTING wins)"
     )
-    wm.add_argument(
-        "--init",
-        default="onepass",
-        choices=("onepass", "identity"),
-        help="weight matching's start (default onepass): Git Re-Basin's greedy one-pass answer "
-        "(higher objectives in less time on the benchmark MLPs; see README, Performance), or "
-        "the identity (Git Re-Basin's own start, and lmc's before the one-pass default)",
-    )
-    wm.add_argument(
-        "--solver",
-        default="auto",
-        choices=SOLVERS,
-        help="weight matching's assignment solver (default auto: lapx on groups of 512 units "
-        "or more where it is installed, pip install 'lmc[fast]', else scipy); every one is "
-        "exact, but they may break exact ties differently",
-    )
-    wm.add_argument(
-        "--restarts",
-        type=int,
-        default=1,
-        help="run weight matching from K visiting orders and keep the highest objective "
-        "(about K times the time)",
-    )
-    act = parser.add_argument_group("activation matching")
-    act.add_argument(
-        "--max-examples",
-        type=int,
-        default=5000,
-        metavar="N",
-        help="training examples streamed for the activation statistics (0 = all)",
-    )
-    act.add_argument(
-        "--statistic",
-        default="correlation",
-        help=f"what is matched: {', '.join(STATISTICS)}",
-    )
-    act.add_argument(
-        "--batch-size", type=int, default=256, help="batch size of the statistics pass"
-    )
-    ste = parser.add_argument_group("straight-through estimator")
-    ste.add_argument("--ste-steps", type=int, default=200, help="Adam steps")
-    ste.add_argument("--ste-lr", type=float, default=1e-3, help="Adam learning rate")
-    ste.add_argument("--ste-batch-size", type=int, default=128, help="training batch size")
-    ste.add_argument(
-        "--ste-holdout",
-        type=int,
-        default=None,
-        metavar="N",
-        help="training examples held out to pick the best permutation "
-        "(unset: min(1024, 20%% of the training set))",
-    )
+    for flag, (name, methods, help_text) in SHORT_FLAGS.items():
+        short.add_argument(
+            flag,
+            dest=f"short_{name}",
+            default=None,
+            metavar="VALUE",
+            help=f"{help_text} (--{'/--'.join(f'{m}-{name}'.replace('_', '-') for m in methods)})",
+        )
+    add_method_options(parser)
     add_model_options(parser)
     parser.add_argument(
         "--out",
@@ -155,57 +124,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings of ``args.method`` that change the result (they enter the run's config)."""
-    positive = {
-        "--max-iter": args.max_iter,
-        "--batch-size": args.batch_size,
-        "--ste-steps": args.ste_steps,
-        "--ste-batch-size": args.ste_batch_size,
-        "--restarts": args.restarts,
-    }
-    for flag, value in positive.items():
-        if value < 1:
-            raise LmcError(f"{flag} must be at least 1, got {value}")
-    if args.max_examples < 0:
-        raise LmcError(f"--max-examples must be 0 (all) or positive, got {args.max_examples}")
-    if not (args.ste_lr > 0 and math.isfinite(args.ste_lr)):
-        raise LmcError(f"--ste-lr must be a positive number, got {args.ste_lr}")
-    if not (args.tol >= 0 and math.isfinite(args.tol)):
-        raise LmcError(f"--tol must be a non-negative number, got {args.tol}")
-    if args.method == "weight":
-        settings = {"max_iter": args.max_iter, "tol": args.tol}
-        # the start, restarts and solver enter the run's config only away from the values
-        # every earlier aligned run had (identity, 1, scipy), so those runs are still found
-        if args.init != "identity":
-            settings["init"] = args.init
-        if args.restarts != 1:
-            settings["restarts"] = args.restarts
-        if args.solver != "scipy":
-            settings["solver"] = args.solver
-        return settings
-    if args.method == "activation":
-        if args.statistic not in STATISTICS:
+    """Every setting of ``args.method`` (its record's defaults, the short flags, then the
+    ``--METHOD-SETTING`` flags), checked."""
+    method = get_method(args.method)
+    short: dict[str, Any] = {}
+    for flag, (name, methods, _) in SHORT_FLAGS.items():
+        raw = getattr(args, f"short_{name}")
+        if raw is None:
+            if args.method == "activation" and name == "max_examples":
+                short[name] = ACTIVATION_EXAMPLES  # lmc align's own default
+            continue
+        if args.method not in methods:
             raise LmcError(
-                f"unknown --statistic {args.statistic!r}: choose one of {', '.join(STATISTICS)}"
+                f"{flag} is a setting of method {' and '.join(methods)}, but --method is "
+                f"{args.method!r}: drop it"
             )
-        return {"statistic": args.statistic, "max_examples": args.max_examples or None}
-    if args.method == "ste":
-        return {
-            "steps": args.ste_steps,
-            "lr": args.ste_lr,
-            "batch_size": args.ste_batch_size,
-            "holdout": args.ste_holdout,
-            "max_iter": args.max_iter,
-            "tol": args.tol,
-        }
-    return {}
+        if name == "max_examples" and raw.strip() == "0":
+            short[name] = None  # 0 = all
+            continue
+        short[name] = method.setting(name).parse(raw, flag)
+    return method_settings(args, args.method, short=short)
 
 
 def _example_input(config: dict[str, Any]) -> torch.Tensor:
-    """Two zero rows of the model's input, from the dataset's shape alone (no file read)."""
-    from lmc.data import input_shape
+    """Two zero rows of the model's input (token id 0 for text), from the dataset's shape
+    alone (no file read)."""
+    from lmc.data import TEXT_DATASETS, canonical_name, input_shape
 
-    return torch.zeros(2, *input_shape(config["dataset"], **config.get("dataset_options", {})))
+    shape = input_shape(config["dataset"], **config.get("dataset_options", {}))
+    tokens = canonical_name(config["dataset"]) in TEXT_DATASETS  # token ids, not features
+    return torch.zeros(2, *shape, dtype=torch.long if tokens else torch.float32)
 
 
 def _print_table(record: dict[str, Any], sizes: dict[str, int]) -> None:
@@ -228,8 +176,9 @@ def _print_table(record: dict[str, Any], sizes: dict[str, int]) -> None:
 def run(args: argparse.Namespace) -> int:
     from lmc.models import check_same_architecture
 
-    if args.method not in METHODS:
-        raise LmcError(f"unknown --method {args.method!r}: choose one of {', '.join(METHODS)}")
+    methods = [m for m in method_names() if m != "none"]
+    if args.method not in methods:
+        raise LmcError(f"unknown --method {args.method!r}: choose one of {', '.join(methods)}")
     settings = _settings(args)
     if uses_own_model(args):
         return _run_own_model(args, settings)
@@ -254,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "reference": run_a.name,
             "source": run_b.name,
-            **settings,
+            **get_method(args.method).identity(settings),
         },
     }
     store = RunStore(args.runs_dir)
@@ -274,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     device = device_from(args)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
     check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
-    if args.method in ("activation", "ste"):
+    if get_method(args.method).needs_data:
         data = dataset_for_config(run_a.config, args, device)
         x_train, y_train = data.x_train, data.y_train
     else:
@@ -294,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
         config,
         result.state_dict,
         metrics,
-        extra_tensors={PERM_FILE: dict(result.perm)},
-        extra_json={SUMMARY_FILE: _summary(record, result.spec)},
+        extra_tensors={PERM_FILE: _alignment_tensors(result)},
+        extra_json={SUMMARY_FILE: _summary(record, result)},
     )
     if args.json:
         emit_json({**_json_record(record, saved.path), "reused": False})
@@ -317,20 +266,13 @@ def _align_pair(
 ):
     """Align B to A with ``args.method`` and return ``(result, info, record)``.
 
-    Activation matching and STE use the training examples (activation matching at most
-    ``settings["max_examples"]``) and STE their labels; weight matching and ``random`` need
-    only two examples to trace the model with."""
+    The methods that read data (their record's ``needs_data``) get the training examples (and
+    the labels, where they need them); the others only two examples to trace the model with."""
     from lmc.perm import align
 
-    labels = None
-    if args.method in ("activation", "ste"):
-        inputs, labels = x_train, y_train
-        if args.method == "activation" and settings["max_examples"]:
-            inputs = inputs[: settings["max_examples"]]
-    else:
-        inputs = x_train[:2]
-    if args.method == "weight":  # the values left out of the config, given explicitly
-        settings = {"init": "identity", "restarts": 1, "solver": "scipy", **settings}
+    method = get_method(args.method)
+    labels = y_train if method.needs_labels else None
+    inputs = x_train if method.needs_data else x_train[:2]
     result = align(
         args.method,
         model_a,
@@ -361,19 +303,39 @@ def _perm_paths(out: Path) -> tuple[Path, Path]:
     return Path(f"{stem}.perm.safetensors"), Path(f"{stem}.perm.json")
 
 
-def _summary(record: dict[str, Any], spec) -> dict[str, Any]:
-    return {
+def _alignment_tensors(result) -> dict[str, torch.Tensor]:
+    """What the alignment file holds: group -> index tensor when every transform is a
+    permutation (the format ``lmc align`` has always written), else the
+    :class:`lmc.perm.Alignment`'s tensors (``<group>/<field>``; described in the summary's
+    ``alignment``, :meth:`lmc.perm.Alignment.from_tensors` reads both back)."""
+    if _is_permutation(result):
+        return dict(result.perm)
+    return result.alignment.to_tensors()[0]
+
+
+def _is_permutation(result) -> bool:
+    return all(kind == "permutation" for kind in result.alignment.kinds.values())
+
+
+def _summary(record: dict[str, Any], result) -> dict[str, Any]:
+    spec, kinds = result.spec, result.alignment.kinds
+    summary = {
         **record,
         "groups": {
             g: {
                 "size": n,
-                "moved_fraction": record["moved_fraction"][g],
-                "members": [f"{name}[{axis}]" for name, axis in spec.groups[g]],
+                "kind": kinds[g],
+                "moved_fraction": record["moved_fraction"].get(g),
+                "members": [f"{name}[{axis}]" for name, axis in spec.groups.get(g, [])],
             }
             for g, n in spec.group_sizes.items()
         },
         "convention": "new unit i of B is old unit perm[group][i]",
     }
+    if not _is_permutation(result):
+        summary["alignment"] = result.alignment.to_tensors()[1]
+        summary["convention"] = "the new unit coordinates of B are M @ old, per group"
+    return summary
 
 
 def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
@@ -406,15 +368,15 @@ def _run_own_model(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     )
     perm_file, summary_file = _perm_paths(out)
     summary = {
-        **_summary(record, result.spec),
-        "settings": settings,
+        **_summary(record, result),
+        "settings": get_method(args.method).identity(settings),
         **{k: v for k, v in pair.meta.items() if k not in ("weights_a", "weights_b")},
         "environment": environment_info(device_from(args)),
         "wall_seconds": time.perf_counter() - start,
     }
     with output_files(out.parent, [out.name, perm_file.name, summary_file.name]) as stage:
         save_tensors(stage / out.name, export_state(pair.model_b, result.state_dict))
-        save_tensors(stage / perm_file.name, dict(result.perm))
+        save_tensors(stage / perm_file.name, _alignment_tensors(result))
         write_json(stage / summary_file.name, summary)
     if args.json:
         keys = [k for k in _JSON_KEYS if k != "run_dir"]

@@ -41,6 +41,7 @@ from .common import (
     load_inputs,
     parse_float_list,
 )
+from .method_flags import given_settings
 
 #: The printed table's columns: (title, record key). The legend under the table names each
 #: title's record key, defined in docs/science.md ("Layerwise connectivity"). Every column of
@@ -231,6 +232,7 @@ def settings_from_args(args: argparse.Namespace):
     return PairSettings(
         align=args.align,
         align_examples=args.align_examples or None,
+        align_options=given_settings(args, args.align),
         seed=args.seed,
         split=args.split,
         path=None,

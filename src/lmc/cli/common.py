@@ -164,9 +164,14 @@ def load_pair(args: argparse.Namespace, verb: str):
 
 def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     """RUN_A and RUN_B (runs, or weight files with --model-factory/--hf-model and --data:
-    :func:`add_model_options`), then --align, --align-examples and --seed, as
+    :func:`add_model_options`), then --align, --align-examples, --seed and every alignment
+    method's settings (``--<method>-<setting>``, :mod:`lmc.cli.method_flags`), as
     lmc.pair.PairSettings reads them."""
-    from lmc.pair import ALIGN_METHODS
+    from lmc.perm.methods import method_names
+
+    from .method_flags import add_method_options
+
+    methods = method_names()
 
     parser.add_argument(
         "run_a",
@@ -185,9 +190,10 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--align",
         default="none",
-        choices=ALIGN_METHODS,
+        choices=methods,
         metavar="METHOD",
-        help="permute B to match A first: " + ", ".join(ALIGN_METHODS) + " (default none)",
+        help="align B to A first: " + ", ".join(methods) + " (default none); each method's "
+        "settings are the --METHOD-SETTING flags below",
     )
     parser.add_argument(
         "--align-examples",
@@ -204,6 +210,7 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
         help="seed of the alignment, its examples, BatchNorm-reset batches and random "
         "directions (default 0)",
     )
+    add_method_options(parser)
 
 
 def add_lambdas_option(

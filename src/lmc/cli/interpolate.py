@@ -34,6 +34,7 @@ from .common import (
     load_inputs,
     parse_float_list,
 )
+from .method_flags import given_settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -156,6 +157,7 @@ def settings_from_args(args: argparse.Namespace):
     return PairSettings(
         align=args.align,
         align_examples=args.align_examples or None,
+        align_options=given_settings(args, args.align),
         seed=args.seed,
         split=args.split,
         max_examples=args.max_examples,

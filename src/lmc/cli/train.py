@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from lmc.config import LmcError
-from lmc.data import DATASETS
+from lmc.data import ALL_DATASETS, TEXT_DATASETS, canonical_name
+from lmc.data.text import DEFAULT_CONTEXT
 from lmc.models import MODELS, get_model
 from lmc.models.layers import ACTIVATIONS, NORMS
 from lmc.models.registry import width_summary
@@ -54,7 +55,33 @@ AUGMENT_DEFAULT = "(default: on for CIFAR, off otherwise)"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("data and model")
-    model.add_argument("--dataset", default="digits", choices=DATASETS, help="dataset")
+    model.add_argument(
+        "--dataset",
+        default="digits",
+        choices=ALL_DATASETS,
+        help="dataset (text ones: token windows with next-token targets, for --model gpt)",
+    )
+    model.add_argument(
+        "--data",
+        default=None,
+        metavar="FILE.txt",
+        help="train on a UTF-8 text file (dataset 'text'; split by position into train / "
+        "validation / test)",
+    )
+    text = parser.add_argument_group("text data (--data, --dataset fortunes|tiny-shakespeare)")
+    text.add_argument(
+        "--context", type=int, default=None, metavar="T",
+        help=f"tokens per window (the GPT's context; default {DEFAULT_CONTEXT})",
+    )  # fmt: skip
+    text.add_argument(
+        "--tokenizer", default=None, metavar="char|bytes|FOLDER",
+        help="characters (vocabulary from the training split, the default), bytes, or a "
+        "local Hugging Face tokenizer folder (needs lmc[hf])",
+    )  # fmt: skip
+    text.add_argument(
+        "--stride", type=int, default=None, metavar="S",
+        help="tokens between window starts (default: the context, windows do not overlap)",
+    )  # fmt: skip
     model.add_argument(
         "--train-size",
         type=int,
@@ -330,8 +357,20 @@ def config_from_args(args: argparse.Namespace, data=None) -> dict:
 
 
 def dataset_options_from_args(args: argparse.Namespace) -> dict:
-    """``--train-size`` / ``--subset-seed`` as dataset options (``{}`` when not given)."""
+    """``--train-size`` / ``--subset-seed`` (and, for text, ``--data``, ``--context``,
+    ``--tokenizer``, ``--stride``) as dataset options (``{}`` when none is given)."""
     options = {}
+    if args.data is not None:
+        if args.dataset not in ("digits", "text"):  # digits: the default, not a choice
+            raise LmcError(f"--data reads a text file; drop --dataset {args.dataset}")
+        options["path"] = args.data
+    text = {"context": args.context, "tokenizer": args.tokenizer, "stride": args.stride}
+    given = {k: v for k, v in text.items() if v is not None}
+    dataset = "text" if args.data is not None else args.dataset
+    if given and canonical_name(dataset) not in TEXT_DATASETS:
+        flag = "--" + next(iter(given))
+        raise LmcError(f"{flag} is for text data (--data FILE.txt or a text --dataset)")
+    options.update(given)
     if args.train_size is not None:
         options["train_size"] = args.train_size
     if args.subset_seed is not None:
@@ -353,13 +392,16 @@ def note_full_batch(config: dict, data, quiet: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     threads = check_threads(args.threads)
+    options = dataset_options_from_args(args)  # checked before anything is read
+    if args.data is not None:
+        args.dataset = "text"
     runs_dir = Path(args.runs_dir) if args.runs_dir is not None else default_runs_dir()
     log_dir = log_dir_from(args, runs_dir / "tb")
     device = device_from(args)
     data = None
     if args.spawn_from is None:
         data = dataset_for_config(
-            {"dataset": args.dataset, "dataset_options": dataset_options_from_args(args)},
+            {"dataset": args.dataset, "dataset_options": options},
             args,
             device,
         )

@@ -8,7 +8,9 @@ from .errors import LmcError, LmcWarning
 from .files import check_regular_file, open_regular, read_regular_bytes, read_regular_text
 from .progress import progress
 from .validate import (
+    check_choice,
     check_finite,
+    check_flag,
     check_int,
     check_labels,
     check_lambda,
@@ -20,7 +22,9 @@ __all__ = [
     "LmcError",
     "LmcWarning",
     "canonical_json",
+    "check_choice",
     "check_finite",
+    "check_flag",
     "check_int",
     "check_labels",
     "check_lambda",

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from .errors import LmcError, LmcWarning
@@ -23,10 +24,14 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = 1) -> int:
-    """``value`` as an int, or ``LmcError`` if it is not an integer ≥ ``minimum``."""
+def check_int(name: str, value: Any, *, minimum: int | None = 1, optional: bool = False) -> Any:
+    """``value`` as an int, or ``LmcError`` if it is not an integer ≥ ``minimum``
+    (``optional``: ``None`` passes through)."""
+    if value is None and optional:
+        return None
     if not _is_int(value):
-        raise LmcError(f"{name} must be an integer, got {value!r}")
+        what = "an integer or None" if optional else "an integer"
+        raise LmcError(f"{name} must be {what}, got {value!r}")
     if minimum is not None and value < minimum:
         raise LmcError(f"{name} must be at least {minimum}, got {value}")
     return int(value)
@@ -53,6 +58,20 @@ def check_number(
     if maximum is not None and value > maximum:
         raise LmcError(f"{name} must be at most {maximum:g}, got {value:g}")
     return float(value)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool (True/False, or 0/1), or ``LmcError``."""
+    if not isinstance(value, (bool, np.bool_, numbers.Integral)) or value not in (0, 1):
+        raise LmcError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...], what: str = "value") -> str:
+    """``value`` if it is one of ``choices``, else ``LmcError`` naming them."""
+    if not isinstance(value, str) or value not in choices:
+        raise LmcError(f"unknown {what} {name}={value!r}: choose one of {', '.join(choices)}")
+    return value
 
 
 def check_lambda(value: Any, name: str = "lambda") -> float:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lmc.config import LmcError
+from lmc.config import LmcError, check_int
 
 DEFAULTS = {
     "input_shape": (32,),
@@ -55,9 +55,7 @@ def _shape(value: object) -> tuple[int, ...]:
 
 
 def _int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise LmcError(f"synthetic {name}={value!r} must be an integer >= {minimum}")
-    return int(value)
+    return check_int(f"synthetic {name}", value, minimum=minimum)
 
 
 def _sample(

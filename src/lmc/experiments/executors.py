@@ -85,13 +85,10 @@ def _torch_threads(threads: int):
 
 
 def _check_threads(threads: int | None) -> int:
-    if threads is None:  # lmc train's count too: one config, the same bits from either
-        from lmc.train.runs import DEFAULT_THREADS
+    """``None`` is lmc train's count too (one config, the same bits from either)."""
+    from lmc.train.runs import check_threads
 
-        return DEFAULT_THREADS
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise LmcError(f"threads must be a positive whole number, got {threads!r}")
-    return threads
+    return check_threads(threads)
 
 
 class LocalExecutor:

@@ -127,24 +127,34 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
     return list(train_jobs.values()), merge_jobs
 
 
-#: ``[merge]`` keys added after results were committed, with the value every earlier merge ran
-#: with: at that value they stay out of a merge job's identity, so the ids of earlier studies
-#: hold. Not their defaults: weight matching now starts from the one-pass answer (``onepass``)
-#: and its solver is ``auto``, which enter the ids, so such merges never reuse earlier ones.
-LATER_MERGE_KEYS = {"weight_init": "identity", "weight_restarts": 1, "weight_solver": "scipy"}
+#: The method settings' ``[merge]`` keys every merge job's id has always held, whatever its
+#: method. Every other method key (``<method>_<setting>``, :mod:`lmc.perm.methods`) enters only
+#: the ids of that method's merges, and there only away from its baseline: the value earlier
+#: merges ran with (its record's ``legacy``, else its default), so earlier studies keep their
+#: ids. Weight matching's start, restarts and solver have legacy values (identity, 1, scipy)
+#: unlike their defaults (onepass, 1, auto): such merges never reuse earlier ones.
+ORIGINAL_MERGE_KEYS = ("ste_steps",)
+
+
+def _later_keys() -> dict[str, Any]:
+    """The method keys outside :data:`ORIGINAL_MERGE_KEYS` -> (method, setting)."""
+    from lmc.perm.methods import study_keys
+
+    return {k: v for k, v in study_keys().items() if k not in ORIGINAL_MERGE_KEYS}
 
 
 def merge_identity(merge: dict[str, Any], method: str) -> dict[str, Any]:
-    """The ``[merge]`` table as a merge job of ``method`` records it (and hashes it into its id).
-
-    The weight-matching keys of :data:`LATER_MERGE_KEYS` enter only the ids of ``weight``
-    merges (another method never reads them), and there only when they differ from the value
-    earlier merges ran with."""
-    return {
-        k: v
-        for k, v in merge.items()
-        if k not in LATER_MERGE_KEYS or (method == "weight" and LATER_MERGE_KEYS[k] != v)
-    }
+    """The ``[merge]`` table as a merge job of ``method`` records it (and hashes it into its id):
+    see :data:`ORIGINAL_MERGE_KEYS`."""
+    later = _later_keys()
+    out = {}
+    for key, value in merge.items():
+        if key in later:
+            owner, setting = later[key]
+            if owner.name != method or not setting.affects_result or value == setting.baseline:
+                continue
+        out[key] = value
+    return out
 
 
 def describe(job: dict) -> str:
@@ -210,14 +220,16 @@ def load_job_result(job: dict, ctx: Context) -> dict[str, Any]:
 
 
 def _align_options(merge: dict[str, Any], method: str) -> dict[str, Any]:
-    if method == "ste":
-        return {"steps": merge["ste_steps"]}
-    if method == "weight":
-        # a key missing from a job's table is at its LATER_MERGE_KEYS value (left out of the id)
-        given = {**LATER_MERGE_KEYS, **merge}
-        return {"init": given["weight_init"], "restarts": given["weight_restarts"],
-                "solver": given["weight_solver"]}  # fmt: skip
-    return {}
+    """``method``'s settings from a merge job's table: a key missing from it is at its
+    baseline (left out of the id, :func:`merge_identity`)."""
+    from lmc.perm.methods import get_method
+
+    record = get_method(method)
+    return {
+        s.name: merge.get(record.study_key(s), s.baseline)
+        for s in record.settings
+        if record.study_key(s) in merge or s.affects_result
+    }
 
 
 def pair_settings(job: dict[str, Any]):

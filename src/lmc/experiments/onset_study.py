@@ -124,7 +124,7 @@ def resolve_onset(raw: dict[str, Any], source: str | None = None) -> dict[str, A
     study[KIND] = settings
     for method in settings["methods"]:  # the settings every evaluation builds, built now
         try:
-            pair_settings(study, method)
+            onset_pair_settings(study, method)
         except LmcError as exc:
             raise LmcError(f"[{KIND}]{where(source)}: {exc}") from None
     return study
@@ -138,7 +138,7 @@ def _check_settings(
     source: str | None,
 ) -> None:
     """Value checks of ``[onset]`` (in place: the epochs sorted, numbers as floats)."""
-    from lmc.pair.settings import ALIGN_METHODS
+    from lmc.perm.methods import method_names
 
     at = f"'{KIND}.%s'{where(source)}"
     try:
@@ -178,10 +178,10 @@ def _check_settings(
     if not methods:
         raise LmcError(f"{at % 'methods'} is empty")
     for method in methods:
-        if method not in ALIGN_METHODS:
+        if method not in method_names():
             raise LmcError(
                 f"unknown method {method!r} in {at % 'methods'}: "
-                f"choose from {', '.join(ALIGN_METHODS)}"
+                f"choose from {', '.join(method_names())}"
             )
     if len(set(methods)) != len(methods):
         raise LmcError(f"{at % 'methods'} lists a method twice: {methods}")
@@ -191,7 +191,7 @@ def _check_settings(
         raise LmcError(f"{at % 'lambdas'}: {exc}") from None
 
 
-def pair_settings(study: dict[str, Any], method: str):
+def onset_pair_settings(study: dict[str, Any], method: str):
     """The :class:`lmc.pair.PairSettings` of one evaluation: align with ``method`` (seeded by
     ``align_seed``), then the path on ``[data] split`` (BatchNorm ``auto``: reset when the
     model has BatchNorm), no layerwise analysis."""
@@ -332,7 +332,7 @@ def _evaluate(
 
     model_a = _model_from(config, states[0], device)
     model_b = _model_from(config, states[1], device)
-    result = run_pair(model_a, model_b, data, pair_settings(study, method))
+    result = run_pair(model_a, model_b, data, onset_pair_settings(study, method))
     path = result.path
     barriers = path.barriers()
     chosen = {key: barriers.get(key) for key in BARRIER_KEYS}

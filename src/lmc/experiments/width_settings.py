@@ -40,10 +40,10 @@ resolved study (defaults filled in) is what gets recorded beside the results.
     bn = "auto"                      # auto, reset, repair, none
     align_seed = 0
     align_examples = 2000            # training examples used by activation matching / STE
-    weight_init = "onepass"          # weight matching's start: onepass or identity
-    weight_restarts = 1              # weight matching from K visiting orders, the best kept
-    weight_solver = "auto"           # its assignment solver: auto (lapx if installed), scipy,
-                                     # lapx or sparse
+    weight_init = "onepass"          # every setting of every alignment method is a key
+    weight_solver = "auto"           # <method>_<setting> (docs/studies.md lists them):
+    ste_steps = 200                  # weight_max_iter, weight_restarts, activation_statistic,
+                                     # ste_lr, ... (lmc.perm.methods)
 
     [analysis]
     enabled = true
@@ -60,10 +60,12 @@ import copy
 from typing import Any
 
 from lmc.config import LmcError, check_int, check_number
+from lmc.merge import BN_MODES
 from lmc.metrics import CALIBRATE_DEFAULTS, CALIBRATIONS
 from lmc.models import get_model
 from lmc.pair.settings import ALIGN_METHODS
-from lmc.perm.lap import SOLVERS, resolve_solver
+from lmc.perm.lap import resolve_solver
+from lmc.perm.methods import get_method
 from lmc.train import TrainSettings
 
 from .jobs import pair_settings
@@ -79,9 +81,8 @@ from .kind_settings import (
 
 KIND = "width"
 METHODS = ALIGN_METHODS
-BN_MODES = ("auto", "reset", "repair", "none")
-WEIGHT_INITS = ("identity", "onepass")
-WEIGHT_SOLVERS = SOLVERS
+WEIGHT_INITS = get_method("weight").setting("init").choices
+WEIGHT_SOLVERS = get_method("weight").setting("solver").choices
 
 # section -> key -> (allowed types, default). A default of ... means required.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
@@ -108,10 +109,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "bn": ((str,), "auto"),
         "align_seed": ((int,), 0),
         "align_examples": ((int,), 2000),
-        "ste_steps": ((int,), 200),
-        "weight_init": ((str,), "onepass"),
-        "weight_restarts": ((int,), 1),
-        "weight_solver": ((str,), "auto"),
+        # then one key per alignment-method setting (merge_schema)
     },
     "analysis": {
         "enabled": ((bool,), True),
@@ -121,6 +119,23 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     "stitch": {"enabled": ((bool,), False)},
 }
 SECTIONS = ("data", "model", "sweep", "train", "merge", "analysis", "stitch")
+_MERGE_BASE = dict(SCHEMA["merge"])
+_PY_TYPES = {int: (int,), float: (float, int), str: (str,), bool: (bool,)}
+
+
+def merge_schema() -> dict[str, tuple[tuple[type, ...], Any]]:
+    """``[merge]``'s keys: the study's own, then ``<method>_<setting>`` for every setting of
+    every registered alignment method (:mod:`lmc.perm.methods`), with its default."""
+    from lmc.perm.methods import study_keys
+
+    schema = dict(_MERGE_BASE)
+    for key, (_, setting) in study_keys().items():
+        types = _PY_TYPES[setting.type] + ((type(None),) if setting.optional else ())
+        schema[key] = (types, setting.default)
+    return schema
+
+
+SCHEMA["merge"] = merge_schema()  # the built-in methods' keys (resolve reads the registry anew)
 
 
 def _where(source: str | None) -> str:
@@ -160,13 +175,13 @@ def resolve_width(raw: dict[str, Any], source: str | None = None) -> dict[str, A
             study["train"] = resolve_train(given, "[sweep]", source)
             continue
         resolved = {}
+        schema = merge_schema() if section == "merge" else SCHEMA[section]
         for key in given:
-            if key not in SCHEMA[section]:
+            if key not in schema:
                 raise LmcError(
-                    f"unknown key '{section}.{key}'{_where(source)}; known: "
-                    f"{', '.join(SCHEMA[section])}"
+                    f"unknown key '{section}.{key}'{_where(source)}; known: {', '.join(schema)}"
                 )
-        for key, (types, default) in SCHEMA[section].items():
+        for key, (types, default) in schema.items():
             if key not in given and default is ...:
                 raise LmcError(f"missing key '{section}.{key}'{_where(source)}")
             value = given.get(key, copy.deepcopy(default))
@@ -208,12 +223,14 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
     epochs = study["train"].get("epochs", TrainSettings().epochs)
     if sweep["spawn_epoch"] > epochs:
         raise LmcError(f"'sweep.spawn_epoch'{where} exceeds the {epochs} training epochs")
+    from lmc.perm.methods import method_names, study_keys
+
     merge = study["merge"]
     for method in merge["methods"]:
-        if method not in METHODS:
+        if method not in method_names():
             raise LmcError(
                 f"unknown merge method {method!r} in 'merge.methods'{where}: "
-                f"choose from {', '.join(METHODS)}"
+                f"choose from {', '.join(method_names())}"
             )
     if not merge["methods"]:
         raise LmcError(f"'merge.methods'{where} is empty")
@@ -233,18 +250,8 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
     for key in ("calibration_seed", "align_seed"):
         _at("merge", where, check_int, key, merge[key], minimum=0)
     _at("merge", where, check_int, "align_examples", merge["align_examples"], minimum=1)
-    _at("merge", where, check_int, "ste_steps", merge["ste_steps"], minimum=0)
-    if merge["weight_init"] not in WEIGHT_INITS:
-        raise LmcError(
-            f"'merge.weight_init'{where} must be one of {', '.join(WEIGHT_INITS)}, "
-            f"got {merge['weight_init']!r}"
-        )
-    _at("merge", where, check_int, "weight_restarts", merge["weight_restarts"], minimum=1)
-    if merge["weight_solver"] not in WEIGHT_SOLVERS:
-        raise LmcError(
-            f"'merge.weight_solver'{where} must be one of {', '.join(WEIGHT_SOLVERS)}, "
-            f"got {merge['weight_solver']!r}"
-        )
+    for key, (_, setting) in study_keys().items():
+        merge[key] = setting.check(merge[key], f"'merge.{key}'{where}")
     if "weight" in merge["methods"]:
         try:
             resolve_solver(merge["weight_solver"])  # lapx asked for where it cannot run
@@ -294,3 +301,50 @@ def _at(section: str, where: str, check, key: str, value: Any, **limits: Any) ->
     """``check(...)`` of :mod:`lmc.config.validate` on ``value``, its error naming
     ``section.key`` and the file."""
     return check(f"'{section}.{key}'{where}", value, **limits)
+
+
+def method_key_rows() -> list[str]:
+    """The rows of ``docs/studies.md``'s ``[merge]`` table for the alignment methods' keys,
+    made from their records (``scripts/results_pages.py`` writes them into the page; a test
+    checks the page holds exactly these)."""
+    from lmc.perm.methods import NO_LEGACY, study_keys
+
+    from .jobs import ORIGINAL_MERGE_KEYS
+
+    names = {int: "integer", float: "number", str: "string", bool: "boolean"}
+    rows = []
+    for key, (method, setting) in study_keys().items():
+        if setting.default is None:
+            default = "unset (see its meaning)"
+        else:
+            default = f"`{_toml(setting.default)}`"
+        if setting.choices:
+            allowed = ", ".join(f"`{c}`" for c in setting.choices)
+        elif setting.positive:
+            allowed = "> 0"
+        elif setting.minimum is not None:
+            allowed = f"≥ {setting.minimum:g}"
+        else:
+            allowed = ""
+        if key in ORIGINAL_MERGE_KEYS:
+            identity, note = "merge", ""
+        elif not setting.affects_result:
+            identity, note = "none", "; speed and memory only, in no identity"
+        else:
+            identity = f"{method.name} merges"
+            at = "unset" if setting.baseline is None else f"at `{_toml(setting.baseline)}`"
+            why = " (the value earlier merges ran with)" if setting.legacy is not NO_LEGACY else ""
+            note = f"; {at}{why} it is left out of the merge's id"
+        rows.append(
+            f"| `{key}` | {names[setting.type]} | {default} | {allowed} | {identity} | "
+            f"`{method.name}`: {setting.help}{note} |"
+        )
+    return rows
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)

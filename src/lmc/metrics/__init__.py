@@ -63,6 +63,7 @@ from .ece import (
     reliability_curve,
 )
 from .engine import (
+    ENGINES,
     METHODS,
     BatchedEngine,
     LoopEngine,
@@ -84,6 +85,7 @@ __all__ = [
     "BETA_MIN",
     "CALIBRATE_DEFAULTS",
     "CALIBRATIONS",
+    "ENGINES",
     "METHODS",
     "PER_LAMBDA_KEYS",
     "Barrier",

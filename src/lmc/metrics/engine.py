@@ -35,7 +35,9 @@ from lmc.merge import lerp_into, lerp_stack
 from .chain import ChainPlan, ChainWorkspace, chain_forward, chain_plan
 
 #: ``method`` values of :func:`select_engine` (and of :func:`lmc.metrics.evaluate_path`).
-METHODS = ("auto", "batched", "loop")
+#: How a path is evaluated (``PathSettings.method``); ``METHODS`` is its older name.
+ENGINES = ("auto", "batched", "loop")
+METHODS = ENGINES
 #: Default examples per forward pass (per lambda in the batched engine).
 TARGET_ROWS = 2048
 #: Bound on the largest activation tensor of one forward pass when choosing the batch size.
@@ -282,8 +284,8 @@ def select_engine(
     weights); ``state_a``/``state_b`` the endpoints' states on its device; ``x`` the split's
     inputs; ``batch_size`` examples per forward (default :func:`auto_batch_size`).
     """
-    if method not in METHODS:
-        raise LmcError(f"unknown path evaluation method {method!r}: use {', '.join(METHODS)}")
+    if method not in ENGINES:
+        raise LmcError(f"unknown path evaluation method {method!r}: use {', '.join(ENGINES)}")
     if method == "batched" and bn_mode != "none":
         raise LmcError(
             f"the batched method cannot recompute BatchNorm statistics per lambda (bn={bn_mode!r});"

@@ -82,11 +82,12 @@ from lmc.merge import (
 from lmc.models import eval_mode, module_device
 
 from .calibration import calibration_split
-from .engine import METHODS, auto_batch_size, model_logits, select_engine
+from .engine import ENGINES, METHODS, auto_batch_size, model_logits, select_engine
 from .result import LambdaMetrics, PathResult
 from .settings import PathSettings, lambda_grid
 
 __all__ = [
+    "ENGINES",
     "METHODS",
     "PathResult",
     "PathSettings",

@@ -11,15 +11,12 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any
 
-import numpy as np
-
-from lmc.config import LmcError
+from lmc.config import LmcError, check_choice, check_flag, check_int
 from lmc.merge import BN_MODES
 
 from .calibration import CALIBRATIONS
-from .engine import METHODS
+from .engine import ENGINES
 
 _TOL = 1e-9
 
@@ -78,29 +75,6 @@ def lambda_grid(lambdas: int | Sequence[float] = 11) -> tuple[list[float], list[
     for v in (0.0, 0.5, 1.0):  # snap near-hits to the exact value
         grid = [v if abs(g - v) <= _TOL else g for g in grid]
     return grid, added
-
-
-def _integer(name: str, value: Any, minimum: int | None = None, optional: bool = False) -> Any:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        what = "an integer or None" if optional else "an integer"
-        raise LmcError(f"{name} must be {what}, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise LmcError(f"{name} must be ≥ {minimum}, got {value}")
-    return int(value)
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_, numbers.Integral)) or value not in (0, 1):
-        raise LmcError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...], what: str) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise LmcError(f"unknown {what} {name}={value!r}: choose one of {', '.join(choices)}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -187,21 +161,25 @@ class PathSettings:
             raise LmcError(f"calibration_fraction must be in (0, 1), got {fraction!r}")
         values = {
             "lambdas": lambdas,
-            "bn": _choice("bn", self.bn, BN_MODES, "BatchNorm mode"),
-            "bn_batch_size": _integer("bn_batch_size", self.bn_batch_size, 2),
-            "bn_num_batches": _integer("bn_num_batches", self.bn_num_batches, 1, optional=True),
-            "seed": _integer("seed", self.seed),
-            "reset_endpoints": _flag("reset_endpoints", self.reset_endpoints),
-            "calibrate": _flag("calibrate", self.calibrate),
-            "calibration": _choice("calibration", self.calibration, CALIBRATIONS, "calibration"),
-            "calibration_folds": _integer("calibration_folds", self.calibration_folds, 2),
-            "calibration_seed": _integer("calibration_seed", self.calibration_seed),
+            "bn": check_choice("bn", self.bn, BN_MODES, "BatchNorm mode"),
+            "bn_batch_size": check_int("bn_batch_size", self.bn_batch_size, minimum=2),
+            "bn_num_batches": check_int(
+                "bn_num_batches", self.bn_num_batches, minimum=1, optional=True
+            ),
+            "seed": check_int("seed", self.seed, minimum=None),
+            "reset_endpoints": check_flag("reset_endpoints", self.reset_endpoints),
+            "calibrate": check_flag("calibrate", self.calibrate),
+            "calibration": check_choice(
+                "calibration", self.calibration, CALIBRATIONS, "calibration"
+            ),
+            "calibration_folds": check_int("calibration_folds", self.calibration_folds, minimum=2),
+            "calibration_seed": check_int("calibration_seed", self.calibration_seed, minimum=None),
             "calibration_fraction": float(fraction),
-            "batch_size": _integer("batch_size", self.batch_size, 1, optional=True),
-            "method": _choice("method", self.method, METHODS, "path evaluation method"),
-            "max_stack_bytes": _integer("max_stack_bytes", self.max_stack_bytes, 1),
-            "fast": _flag("fast", self.fast),
-            "quiet": _flag("quiet", self.quiet),
+            "batch_size": check_int("batch_size", self.batch_size, minimum=1, optional=True),
+            "method": check_choice("method", self.method, ENGINES, "path evaluation method"),
+            "max_stack_bytes": check_int("max_stack_bytes", self.max_stack_bytes, minimum=1),
+            "fast": check_flag("fast", self.fast),
+            "quiet": check_flag("quiet", self.quiet),
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)

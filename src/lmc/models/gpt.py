@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmc.config import LmcError
+from lmc.config import LmcError, check_int
 
 from .probes import ProbePoint
 from .registry import register_model
@@ -27,24 +27,23 @@ def check_gpt(name: str, options: Mapping[str, Any]) -> None:
     """``LmcError`` for GPT options out of range (besides the registry's generic checks)."""
     check_transformer(name, options)
     for key, minimum in (("vocab", 2), ("context", 1)):
-        value = options.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < minimum
-        ):
-            raise LmcError(f"{name}: {key} must be an integer >= {minimum}, got {value!r}")
+        check_int(f"{name}: {key}", options.get(key), minimum=minimum, optional=True)
     if "tied" in options and not isinstance(options["tied"], bool):
         raise LmcError(f"{name}: tied must be true or false, got {options['tied']!r}")
 
 
-def gpt_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
-    """A GPT's data-given options are ``vocab`` and ``context``, which only token data has:
-    lmc's datasets hold images and vectors, so this is always an ``LmcError``."""
-    raise LmcError(
-        f"gpt reads token ids (n, context) and predicts the next token at each position; "
-        f"lmc's datasets hold no token sequences (this one's examples have shape "
-        f"{tuple(input_shape)}): build it in Python with "
-        "lmc.models.build('gpt', vocab=V, context=T)"
-    )
+def gpt_inputs(
+    input_shape: Sequence[int], num_classes: int, task: str = "classification"
+) -> dict[str, Any]:
+    """A GPT's data-given options: ``vocab`` (the next-token dataset's number of token ids)
+    and ``context`` (its window length T); any other data is an ``LmcError``."""
+    if task != "next-token" or len(input_shape) != 1:
+        raise LmcError(
+            f"gpt reads token windows (n, context) and predicts the next token at each "
+            f"position; this dataset holds {task} examples of shape {tuple(input_shape)}: "
+            "train it on text (lmc train --model gpt --data corpus.txt, or --dataset fortunes)"
+        )
+    return {"vocab": int(num_classes), "context": int(input_shape[0])}
 
 
 gpt_inputs.keys = ("vocab", "context")  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmc.config import LmcError, canonical_json
+from lmc.config import LmcError, canonical_json, check_int
 
 from .init import initialize
 from .layers import ACTIVATIONS, NORMS
@@ -42,16 +42,30 @@ WIDTH_KINDS = ("units", "multiplier")
 DEFAULT_WIDTH_LABELS = {"units": "hidden units per layer", "multiplier": "channel multiplier"}
 
 
-def vector_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
+def vector_inputs(
+    input_shape: Sequence[int], num_classes: int, task: str = "classification"
+) -> dict[str, Any]:
     """Options of a model that flattens its input: ``input_size`` = prod(shape)."""
+    if task != "classification":
+        raise LmcError(
+            f"this model classifies; the dataset holds {task} data (token windows): "
+            "train a gpt on it (--model gpt)"
+        )
     return {"input_size": int(math.prod(input_shape)), "num_classes": int(num_classes)}
 
 
 vector_inputs.keys = ("input_size", "num_classes")  # type: ignore[attr-defined]
 
 
-def image_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
+def image_inputs(
+    input_shape: Sequence[int], num_classes: int, task: str = "classification"
+) -> dict[str, Any]:
     """Options of a model of images (C, H, W): ``in_channels`` = C."""
+    if task != "classification":
+        raise LmcError(
+            f"this model classifies; the dataset holds {task} data (token windows): "
+            "train a gpt on it (--model gpt)"
+        )
     if len(input_shape) != 3:
         raise LmcError(
             f"this model needs image data (C, H, W); the dataset's examples have shape "
@@ -184,11 +198,6 @@ def get_model(name: str) -> ModelEntry:
     return MODELS[name]
 
 
-def _check_int(name: str, key: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise LmcError(f"{name}: {key} must be an integer >= {minimum}, got {value!r}")
-
-
 def check_options(name: str, options: Mapping[str, Any]) -> None:
     """``LmcError`` for an option ``name`` does not take or a value out of its range."""
     entry = get_model(name)
@@ -202,11 +211,11 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
         entry.width_value(options["width"])
     for key in ("depth", "in_channels", "heads"):
         if key in options:
-            _check_int(name, key, options[key], 1)
+            check_int(f"{name}: {key}", options[key])
     if "num_classes" in options:
-        _check_int(name, "num_classes", options["num_classes"], 2)
+        check_int(f"{name}: num_classes", options["num_classes"], minimum=2)
     if "input_size" in options and not isinstance(options["input_size"], (list, tuple)):
-        _check_int(name, "input_size", options["input_size"], 1)
+        check_int(f"{name}: input_size", options["input_size"])
     if "norm" in options and options["norm"] not in NORMS:
         raise LmcError(f"unknown norm {options['norm']!r}: choose one of {', '.join(NORMS)}")
     if "activation" in options and options["activation"] not in ACTIVATIONS:
@@ -228,16 +237,18 @@ def resolve_options(
     *,
     input_shape: Sequence[int] | None = None,
     num_classes: int | None = None,
+    task: str = "classification",
 ) -> dict[str, Any]:
     """The complete, checked options of model ``name``: every default filled in, ``width``
-    typed, and the data-given options read from ``input_shape`` and ``num_classes`` (when
-    given and not already set). The one place a model's config is completed."""
+    typed, and the data-given options read from ``input_shape``, ``num_classes`` and the
+    data's ``task`` (when given and not already set; a next-token dataset's ``num_classes``
+    is its vocabulary). The one place a model's config is completed."""
     entry = get_model(name)
     given = dict(options or {})
     resolved: dict[str, Any] = {**entry.options, **given}
     resolved["width"] = entry.width_value(given.get("width", entry.default_width))
     if input_shape is not None and num_classes is not None:
-        for key, value in entry.inputs(tuple(input_shape), num_classes).items():
+        for key, value in entry.inputs(tuple(input_shape), num_classes, task).items():
             resolved.setdefault(key, value)
     if entry.complete is not None:
         resolved = entry.complete(resolved)

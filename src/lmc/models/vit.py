@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmc.config import LmcError
+from lmc.config import LmcError, check_int
 
 from .probes import ProbePoint
 from .registry import register_model
@@ -46,11 +46,6 @@ def default_patch(image_size: int | Sequence[int]) -> int:
     return patch
 
 
-def _check_int(key: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise LmcError(f"vit: {key} must be an integer >= {minimum}, got {value!r}")
-
-
 def check_vit(name: str, options: Mapping[str, Any]) -> None:
     """``LmcError`` for ViT options out of range: heads not dividing width, a bad
     ``mlp_ratio``, ``pool`` or ``image_size``, or a patch that does not divide the image."""
@@ -63,11 +58,11 @@ def check_vit(name: str, options: Mapping[str, Any]) -> None:
     if len(sides) not in (1, 2):
         raise LmcError(f"{name}: image_size must be H or [H, W], got {size!r}")
     for side in sides:
-        _check_int("image_size", side)
+        check_int("vit: image_size", side)
     patch = options.get("patch", "auto")
     if patch == "auto":
         return
-    _check_int("patch", patch)
+    check_int("vit: patch", patch)
     h, w = image_hw(size)
     if h % patch or w % patch:
         raise LmcError(
@@ -85,9 +80,13 @@ def complete_vit(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def vit_inputs(input_shape: Sequence[int], num_classes: int) -> dict[str, Any]:
+def vit_inputs(
+    input_shape: Sequence[int], num_classes: int, task: str = "classification"
+) -> dict[str, Any]:
     """Options of a ViT read off images (C, H, W): ``in_channels`` = C, ``image_size`` = H
     (or [H, W] when not square)."""
+    if task != "classification":
+        raise LmcError(f"vit classifies images; the dataset holds {task} data: use --model gpt")
     if len(input_shape) != 3:
         raise LmcError(
             f"vit needs image data (C, H, W); the dataset's examples have shape "

@@ -27,8 +27,10 @@ class PairResult:
 
     ``path``: the path metrics (``None`` if not asked); ``baseline``: the random-direction
     path (``None`` unless asked); ``alignment``: the alignment's info (method, objective before
-    and after, moved fractions, ...; ``None`` for ``align = none``) and ``perm`` its
-    permutation of B (group -> index tensor, new unit i = old unit p[i]); ``analysis``: the
+    and after, moved fractions, ...; ``None`` for ``align = none``), ``transforms`` the
+    alignment itself (an :class:`lmc.perm.Alignment`: group -> transform of B) and ``perm`` the
+    same as a permutation of B (group -> index tensor, new unit i = old unit p[i]; ``None``
+    when some transform is not a permutation); ``analysis``: the
     layerwise analysis (an :class:`lmc.analysis.AnalysisResult`, or ``None``);
     ``stitch_errors``: the error (fraction) of A's first l layers followed by (aligned) B's
     others for l = 0..L (entry 0 is B's, entry L A's; ``None`` unless asked).
@@ -39,6 +41,7 @@ class PairResult:
     baseline: PathResult | None = None
     alignment: dict[str, Any] | None = None
     perm: dict[str, torch.Tensor] | None = None
+    transforms: Any = None
     analysis: Any = None
     stitch_errors: list[float] | None = None
 
@@ -76,6 +79,7 @@ def align_pair(
         labels=y,
         seed=settings.seed,
         quiet=quiet,
+        task=data.task,
         **settings.align_options,
     )
 
@@ -107,7 +111,10 @@ def run_pair(
     aligned = align_pair(model_a, model_b, data, settings, quiet=quiet)
     state_b = None
     if aligned is not None:
-        state_b, result.alignment, result.perm = aligned.state_dict, aligned.info, aligned.perm
+        state_b, result.alignment = aligned.state_dict, aligned.info
+        result.transforms = aligned.alignment
+        if all(kind == "permutation" for kind in aligned.alignment.kinds.values()):
+            result.perm = aligned.perm
     if settings.path is not None:
         result.path = evaluate_path(
             model_a, model_b, x, y, settings.path, state_b=state_b, bn_inputs=data.x_train,
@@ -138,13 +145,11 @@ def run_pair(
 
 
 def _aligned_init(init_states, aligned):
-    """``(A_0, B_0)`` with B_0 permuted as B was aligned (``aligned``: the AlignResult)."""
+    """``(A_0, B_0)`` with B_0 transformed as B was aligned (``aligned``: the AlignResult)."""
     if init_states is None or aligned is None:
         return init_states
-    from lmc.perm import apply_permutation
-
     init_a, init_b = init_states
-    return init_a, apply_permutation(aligned.spec, aligned.perm, init_b)
+    return init_a, aligned.apply(init_b)
 
 
 def _stitching_errors(model_a, model_b, state_b, x, y, task="classification") -> list[float]:

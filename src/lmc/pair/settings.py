@@ -7,22 +7,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmc.config import LmcError
+from lmc.config import LmcError, check_int
 from lmc.merge import BN_MODES
 from lmc.metrics import PathSettings
-from lmc.perm.alignment import METHODS as PERM_METHODS
+from lmc.perm.methods import get_method, method_names
 
-#: Alignment before the path: ``none`` first, then every method of :func:`lmc.perm.align`.
-ALIGN_METHODS = ("none", *(m for m in PERM_METHODS if m != "none"))
+#: The built-in alignment methods, ``none`` first (``lmc.perm.methods.method_names()`` lists
+#: every registered one, plug-ins included).
+ALIGN_METHODS = method_names()
 BASELINES = ("none", "random-direction")
 SPLITS = ("test", "train")
 
 
 def _positive_or_none(name: str, value: int | None, minimum: int = 1) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise LmcError(f"{name} must be an integer, got {value!r}")
-    if value is not None and value < minimum:
-        raise LmcError(f"{name} must be at least {minimum}, got {value}")
+    check_int(name, value, minimum=minimum, optional=True)
 
 
 @dataclass(frozen=True)
@@ -54,8 +52,9 @@ class AnalysisOptions:
 class PairSettings:
     """Everything that changes a pair's numbers, wherever it is run from (CLI or sweep).
 
-    ``align``: permute B onto A first (none, weight, activation, ste, random) with
-    ``align_options`` (the method's settings, :data:`lmc.perm.alignment.SETTINGS`);
+    ``align``: align B onto A first with a registered method (none, weight, activation, ste,
+    random, onepass, or a plug-in's: :mod:`lmc.perm.methods`) and ``align_options`` (its
+    settings, checked against its record);
     activation matching and STE read ``align_examples`` training examples drawn at random
     with ``seed`` (``None``: the whole training split). ``seed`` also seeds weight matching's
     visiting order, STE's batches, the random permutation, the BatchNorm-reset batches and
@@ -80,10 +79,7 @@ class PairSettings:
     stitch: bool = False
 
     def __post_init__(self) -> None:
-        if self.align not in ALIGN_METHODS:
-            raise LmcError(
-                f"unknown alignment method {self.align!r}: choose one of {', '.join(ALIGN_METHODS)}"
-            )
+        get_method(self.align).resolve(self.align_options)  # the method and its settings
         if self.split not in SPLITS:
             raise LmcError(f"split must be test or train, got {self.split!r}")
         _positive_or_none("align_examples", self.align_examples)

@@ -48,7 +48,9 @@ from .spec import PermutationSpec
 from .trace import trace_model
 from .trace.walk import graph_for
 
-METHODS = ("correlation", "covariance")
+#: What activation matching matches; ``METHODS`` is its older name.
+STATISTICS = ("correlation", "covariance")
+METHODS = STATISTICS
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,9 +203,9 @@ def activation_matching(
     Returns an :class:`ActivationMatchingResult` (also the number of ``examples`` and the
     hook ``points`` per group).
     """
-    if method not in METHODS:
+    if method not in STATISTICS:
         raise LmcError(
-            f"unknown activation statistic {method!r}: choose one of {', '.join(METHODS)}"
+            f"unknown activation statistic {method!r}: choose one of {', '.join(STATISTICS)}"
         )
     if batch_size < 1:
         raise LmcError(f"batch size must be positive, got {batch_size}")

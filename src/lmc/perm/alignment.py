@@ -3,47 +3,30 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from lmc.config import LmcError, check_finite, check_labels
+from lmc.config import LmcError, check_finite
+from lmc.data.tasks import get_task
 from lmc.models import module_device
 from lmc.models.compare import check_same_architecture
 
-from .activation_match import activation_matching
-from .ops import (
-    Perm,
-    apply_permutation,
-    identity_permutation,
-    matching_objective,
-    moved_fraction,
-    random_permutation,
-)
+from .alignment_map import Alignment
+from .methods import AlignJob, all_methods, get_method, method_names
+from .ops import Perm, matching_objective, moved_fraction
 from .spec import PermutationSpec
-from .ste import ste_matching
+from .symmetry import SymmetrySpec, symmetry_spec
 from .trace import spec_from_model
-from .weight_match import one_pass_matching, weight_matching
 
-METHODS = ("weight", "activation", "ste", "random", "onepass", "none")
+#: The built-in methods (:func:`lmc.perm.methods.method_names` lists every registered one).
+METHODS = tuple(m for m in method_names() if m != "none") + ("none",)
 
-# settings each method accepts (besides ``spec``, a hand-written PermutationSpec)
+#: Each built-in method's settings and their defaults (the records in :mod:`lmc.perm.methods`).
 SETTINGS: dict[str, dict[str, Any]] = {
-    "weight": {"max_iter": 100, "tol": 1e-4, "init": "onepass", "restarts": 1, "solver": "auto"},
-    "activation": {"batch_size": 256, "statistic": "correlation", "max_examples": None},
-    "ste": {
-        "steps": 200,
-        "lr": 1e-3,
-        "batch_size": 128,
-        "holdout": None,
-        "max_iter": 100,
-        "tol": 1e-4,
-    },
-    "random": {},
-    "onepass": {},
-    "none": {},
+    m.name: {s.name: s.default for s in m.settings} for m in all_methods()
 }
 
 
@@ -51,27 +34,32 @@ SETTINGS: dict[str, dict[str, Any]] = {
 class AlignResult:
     """What :func:`align` returns.
 
-    ``perm``: group -> int64 index tensor, to apply to B (new unit i = old unit p[i]);
-    ``state_dict``: B's full state (parameters and buffers) with ``perm`` applied;
+    ``alignment``: group -> transform (:class:`~lmc.perm.alignment_map.Alignment`), to apply to
+    B; ``perm``: the same as a permutation dict (group -> int64 index tensor, new unit i = old
+    unit p[i]) when every transform is a permutation (``LmcError`` otherwise);
+    ``state_dict``: B's full state (parameters and buffers) with the alignment applied;
     ``spec``: the permutation spec used; ``info``: ``method``, ``seed``, ``objective_before``
-    and ``objective_after`` (Σ⟨θ_A, π(θ_B)⟩ at the identity and at ``perm``),
-    ``moved_fraction`` (group -> fraction of units moved), ``seconds``, ``settings`` and
-    method-specific extras.
+    and ``objective_after`` (Σ⟨θ_A, T(θ_B)⟩ at the identity and after the alignment),
+    ``moved_fraction`` (permutation groups -> fraction of units moved), ``kinds`` (group ->
+    transform kind), ``seconds``, ``settings`` and method-specific extras; ``symmetry``: the
+    axis roles (a :class:`~lmc.perm.symmetry.SymmetrySpec`) when some transform is not a
+    permutation, ``None`` otherwise.
     """
 
-    perm: dict[str, torch.Tensor]
+    alignment: Alignment
     state_dict: dict[str, torch.Tensor]
     spec: PermutationSpec
     info: dict[str, Any] = field(default_factory=dict)
+    symmetry: SymmetrySpec | None = None
 
+    @property
+    def perm(self) -> Perm:
+        return self.alignment.to_permutation()
 
-def _settings(method: str, given: dict[str, Any]) -> dict[str, Any]:
-    allowed = SETTINGS[method]
-    unknown = [k for k in given if k not in allowed]
-    if unknown:
-        choices = ", ".join(sorted(allowed)) or "none"
-        raise LmcError(f"method {method!r} has no setting {unknown[0]!r} (its settings: {choices})")
-    return {**allowed, **given}
+    def apply(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``state`` (a state dict of B's architecture, e.g. B's initialisation) with the same
+        alignment applied."""
+        return self.alignment.apply(self.symmetry or self.spec, state)
 
 
 def align(
@@ -84,9 +72,12 @@ def align(
     seed: int = 0,
     quiet: bool = True,
     spec: PermutationSpec | None = None,
+    task: Any = "classification",
     **settings: Any,
 ) -> AlignResult:
-    """Permute ``model_b``'s units to match ``model_a`` with ``method``.
+    """Align ``model_b``'s units to ``model_a``'s with the registered ``method``
+    (:mod:`lmc.perm.methods`: its record checks ``settings`` and says whether it reads data and
+    labels; ``task`` is the labels' task, :mod:`lmc.data.tasks`).
 
     ``method``: ``weight`` (weight matching; settings ``max_iter``, ``tol``, ``init``
     (``onepass``, the default, or ``identity``), ``restarts`` and ``solver`` (``auto``, the
@@ -103,9 +94,8 @@ def align(
     difference (:func:`lmc.models.compare.check_same_architecture`: a zoo option, a tensor's
     name or shape, a submodule's type).
     """
-    if method not in METHODS:
-        raise LmcError(f"unknown alignment method {method!r}: choose one of {', '.join(METHODS)}")
-    options = _settings(method, settings)
+    record = get_method(method)
+    options = record.resolve(settings)
     check_same_architecture(model_a, model_b, purpose="alignment")
     state_a = model_a.state_dict()
     state_b = model_b.state_dict()
@@ -115,92 +105,51 @@ def align(
     check_finite("model A's weights", state_a)
     check_finite("model B's weights", state_b)
     if labels is not None:
-        check_labels("labels", labels)
+        get_task(task).check(None, labels, name="labels")
+    if record.needs_labels and labels is None:
+        raise LmcError(
+            f"method {method!r} needs labels: it minimises a loss on the training examples"
+        )
     device = module_device(model_a)
     start = time.perf_counter()
     if spec is None:
         spec = spec_from_model(model_a, inputs[:2].to(device))
-    extras: dict[str, Any] = {}
-    if method == "weight":
-        wm = weight_matching(
-            spec,
-            state_a,
-            state_b,
-            seed=seed,
-            max_iter=options["max_iter"],
-            tol=options["tol"],
-            init=options["init"],
-            restarts=options["restarts"],
-            solver=options["solver"],
-            quiet=quiet,
-        )
-        perm = wm.perm
-        extras.update(
-            solver=wm.solver,
-            passes=wm.passes,
-            assignments=wm.assignments,
-            converged=wm.converged,
-            objective_per_pass=list(wm.objective_per_pass),
-        )
-        if options["restarts"] > 1:
-            extras.update(restart_objectives=list(wm.restart_objectives),
-                          best_restart=wm.best_restart)  # fmt: skip
-    elif method == "activation":
-        data = inputs if options["max_examples"] is None else inputs[: options["max_examples"]]
-        am = activation_matching(
-            spec,
-            model_a,
-            model_b,
-            data,
-            batch_size=options["batch_size"],
-            method=options["statistic"],
-            quiet=quiet,
-        )
-        perm = am.perm
-        extras.update(examples=am.examples)
-    elif method == "ste":
-        if labels is None:
-            raise LmcError("method 'ste' needs labels: it minimises the midpoint's training loss")
-        ste = ste_matching(
-            spec,
-            model_a,
-            model_b,
-            inputs,
-            labels,
-            steps=options["steps"],
-            lr=options["lr"],
-            batch_size=options["batch_size"],
-            seed=seed,
-            holdout=options["holdout"],
-            max_iter=options["max_iter"],
-            tol=options["tol"],
-            quiet=quiet,
-        )
-        perm = ste.perm
-        for f in fields(ste):
-            if f.name != "perm":
-                value = getattr(ste, f.name)
-                extras[f"ste_{f.name}"] = list(value) if isinstance(value, tuple) else value
-    elif method == "onepass":
-        perm = one_pass_matching(spec, state_a, state_b).perm
-    elif method == "random":
-        perm = random_permutation(spec, seed)
-    else:
-        perm = identity_permutation(spec)
+    job = AlignJob(
+        spec=spec,
+        model_a=model_a,
+        model_b=model_b,
+        state_a=state_a,
+        state_b=state_b,
+        inputs=inputs,
+        labels=labels if record.needs_labels else None,
+        seed=seed,
+        quiet=quiet,
+        task=task,
+    )
+    output = record.function(job, **options)
+    alignment = output.alignment
+    if not isinstance(alignment, Alignment):
+        alignment = Alignment.from_permutation(alignment)
+    kinds = alignment.kinds
+    symmetry = None
+    if any(kind != "permutation" for kind in kinds.values()):  # axis roles are needed
+        symmetry = symmetry_spec(model_a, inputs[:2].to(device), spec=spec)
     seconds = time.perf_counter() - start
-    state = apply_permutation(spec, perm, state_b)
+    state = alignment.apply(symmetry or spec, state_b)
+    perms = {g: t.perm for g, t in alignment.items() if kinds[g] == "permutation"}
     info: dict[str, Any] = {
         "method": method,
         "seed": seed,
-        "settings": {k: v for k, v in options.items()},
+        "settings": dict(options),
         "objective_before": matching_objective(spec, state_a, state_b),
-        "objective_after": matching_objective(spec, state_a, state_b, perm),
-        "moved_fraction": moved_fraction(perm),
+        "objective_after": matching_objective(spec, state_a, state),
+        "moved_fraction": moved_fraction(perms),
+        "kinds": kinds,
         "group_sizes": spec.group_sizes,
         "seconds": seconds,
-        **extras,
+        **output.extras,
     }
-    return AlignResult(perm=perm, state_dict=state, spec=spec, info=info)
+    return AlignResult(alignment, state, spec, info, symmetry)
 
 
 __all__ = ["METHODS", "SETTINGS", "AlignResult", "Perm", "align"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from lmc.config import progress
 
-from . import figures as F
+from . import figures as width_figures
 from .document import Block, Bullets, Heading, Note, Para, Table
 from .page import DASH, Figures, Page
 from .results import Results, load_results, method_sort_key
@@ -299,10 +299,10 @@ def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Blo
 
     # Render every figure first (with a progress bar), then lay them out.
     jobs: list[tuple[str, float | None, Callable]] = [
-        (fn.__name__, wd, fn) for fn in F.PER_WEIGHT_DECAY for wd in wds
+        (fn.__name__, wd, fn) for fn in width_figures.PER_WEIGHT_DECAY for wd in wds
     ]
-    jobs.append(("weight_decay_ablation", None, F.weight_decay_ablation))
-    rendered: dict[tuple[str, float | None], F.Plot | F.Skip] = {}
+    jobs.append(("weight_decay_ablation", None, width_figures.weight_decay_ablation))
+    rendered: dict[tuple[str, float | None], width_figures.Plot | width_figures.Skip] = {}
     for name, wd, fn in progress(jobs, quiet=quiet, desc="figures"):
         rendered[(name, wd)] = fn(res) if wd is None else fn(res, wd)
 

@@ -3,6 +3,7 @@ thread count every entry point trains with (:data:`DEFAULT_THREADS`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import torch
 
 from lmc.config import LmcError, environment_info
 from lmc.data import Dataset, canonical_name, load
+from lmc.data import dataset_options as recorded_dataset_options
 from lmc.models import (
     build,
     check_fits_memory,
@@ -37,6 +39,10 @@ from .tblog import TensorBoardLogger, chain_hooks, check_log_dir, require_tensor
 #: count is not part of a run's config (adding it would rename every stored run); a run
 #: trained with another count lands in the same folder with other last bits.
 DEFAULT_THREADS = 1
+
+
+#: the tokenizer of a text run (its character vocabulary), saved beside the weights
+TOKENIZER_FILE = "tokenizer.json"
 
 
 def check_threads(threads: Any) -> int:
@@ -85,7 +91,8 @@ def make_config(
         data = load(dataset, **(dataset_options or {}))
     shape = {}
     if data is not None:
-        shape = {"input_shape": data.input_shape, "num_classes": data.num_classes}
+        shape = {"input_shape": data.input_shape, "num_classes": data.num_classes,
+                 "task": data.task}  # fmt: skip
     options = resolve_options(model, options, **shape)
     check_fits_memory(model, options)
     settings = TrainSettings.from_dict(train_settings)
@@ -95,7 +102,7 @@ def make_config(
     return {
         "kind": "train",
         "dataset": canonical_name(dataset),
-        "dataset_options": dict(dataset_options or {}),
+        "dataset_options": recorded_dataset_options(dataset, dataset_options),
         "model": model,
         "model_options": options,
         "train": train,
@@ -243,7 +250,9 @@ def _train_into(
         device=device,
         resumed_from_epoch=start_epoch if checkpoint is not None else None,
     )
-    run = store.save(config, model.state_dict(), metrics)
+    tokenizer = getattr(data, "tokenizer", None)  # a text run keeps what reads its text
+    extra = {TOKENIZER_FILE: json.loads(tokenizer.to_json())} if tokenizer is not None else None
+    run = store.save(config, model.state_dict(), metrics, extra_json=extra)
     remove_checkpoint(run_dir)
     return run
 
