@@ -284,8 +284,15 @@ def uses_own_model(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "model_factory", None) or getattr(args, "hf_model", None))
 
 
-def load_user_dataset(text: str, args: argparse.Namespace, device: torch.device):
-    """``--data``: a .npz/.safetensors file (:mod:`lmc.data.user_file`) or a zoo dataset."""
+def load_user_dataset(
+    text: str, args: argparse.Namespace, device: torch.device, model: torch.nn.Module | None = None
+):
+    """``--data``: a .npz/.safetensors file (:mod:`lmc.data.user_file`), a UTF-8 ``.txt`` file
+    (next-token windows, :mod:`lmc.data.text`) or a zoo dataset.
+
+    A text file is read with ``--hf-model``'s tokenizer when that folder holds one (so a
+    GPT-2 reads text as it was trained to), else characters; its windows are
+    ``DEFAULT_CONTEXT`` tokens, or the model's own context when that is shorter."""
     from pathlib import Path
 
     from lmc.data import load
@@ -293,14 +300,37 @@ def load_user_dataset(text: str, args: argparse.Namespace, device: torch.device)
 
     if is_data_file(text):
         return load_user_data(text, device=device)
+    if Path(text).suffix.lower() == ".txt":
+        return load("text", device=device, path=text, **_text_options(args, model))
     if Path(text).is_file():
-        raise LmcError(f"--data {text}: a data file must be .npz or .safetensors")
+        raise LmcError(f"--data {text}: a data file must be .npz, .safetensors or .txt (UTF-8)")
     return load(
         text,
         data_dir=getattr(args, "data_dir", None),
         device=device,
         download=getattr(args, "download", False),
     )
+
+
+def _text_options(args: argparse.Namespace, model: torch.nn.Module | None) -> dict[str, Any]:
+    """The tokenizer and context a user's model reads a text file with (see above)."""
+    from pathlib import Path
+
+    from lmc.data.text import DEFAULT_CONTEXT
+
+    options: dict[str, Any] = {"context": DEFAULT_CONTEXT}
+    folder = getattr(args, "hf_model", None)
+    if folder and any(
+        (Path(folder) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")
+    ):
+        options["tokenizer"] = str(folder)
+    config = getattr(getattr(model, "hf", None), "config", None)
+    limit = getattr(config, "n_positions", None) or getattr(
+        config, "max_position_embeddings", None
+    )
+    if isinstance(limit, int) and limit > 0:
+        options["context"] = min(options["context"], limit)
+    return options
 
 
 def check_data_fits(model, data, source: str) -> None:
@@ -323,6 +353,19 @@ def check_data_fits(model, data, source: str) -> None:
         ) from exc
     if not isinstance(out, torch.Tensor):
         raise LmcError(f"{source} returns a {type(out).__name__}, not a logits tensor (N, C)")
+    if data.task == "next-token":
+        if out.dim() != 3 or tuple(out.shape[:2]) != tuple(x.shape):
+            raise LmcError(
+                f"{source} turns 2 windows of {data.name} (shape {tuple(x.shape)}) into outputs "
+                f"of shape {tuple(out.shape)}, not next-token logits (2, T, V)"
+            )
+        if out.shape[-1] < data.num_classes:
+            raise LmcError(
+                f"{source} predicts {out.shape[-1]} token ids but the text's tokenizer has "
+                f"{data.num_classes}: give the model's own tokenizer (an --hf-model folder "
+                "with tokenizer files) or a model with a larger vocabulary"
+            )
+        return
     if out.dim() != 2 or out.shape[0] != 2:
         raise LmcError(
             f"{source} turns 2 examples of {data.name} into outputs of shape "
@@ -378,7 +421,7 @@ def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
     model_b = load_weights(make(), args.run_b, source=source)
     check_same_architecture(model_a, model_b, names=("A", "B"))
     model_a, model_b = model_a.to(device).eval(), model_b.to(device).eval()
-    data = load_user_dataset(args.data, args, device)
+    data = load_user_dataset(args.data, args, device, model_a)
     check_data_fits(model_a, data, source)
     meta = {
         "weights_a": str(args.run_a),

@@ -313,11 +313,13 @@ def load_weights(
     ``source`` names the model in errors (e.g. ``"the model from model.py:make"``). A tensor
     the model has and the file lacks, one the file has and the model lacks, a shape that
     differs or a non-finite value is a one-line ``LmcError`` naming the first such tensor and
-    its shapes.
+    its shapes. Tied tensors (one parameter under two names, e.g. GPT-2's ``lm_head.weight``
+    and ``transformer.wte.weight``) may be stored once, as ``save_pretrained`` does.
     """
     state = read_weights(path)
     target = _weights_target(model)
     expected = target.state_dict()
+    _fill_tied(expected, state)
     for key, tensor in expected.items():
         if key not in state:
             raise LmcError(
@@ -340,6 +342,19 @@ def load_weights(
     except (RuntimeError, ValueError) as exc:
         raise LmcError(f"{path} does not fit {source}: {_first_line(exc)}") from exc
     return model.eval()
+
+
+def _fill_tied(expected: Mapping[str, torch.Tensor], state: dict[str, torch.Tensor]) -> None:
+    """Give each name the file lacks the tensor of a name it shares its storage with."""
+    by_storage: dict[int, list[str]] = {}
+    for key, tensor in expected.items():
+        if tensor.numel():
+            by_storage.setdefault(tensor.data_ptr(), []).append(key)
+    for keys in by_storage.values():
+        present = [k for k in keys if k in state]
+        for key in keys:
+            if key not in state and present:
+                state[key] = state[present[0]]
 
 
 def export_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
