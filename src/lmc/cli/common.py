@@ -325,9 +325,7 @@ def _text_options(args: argparse.Namespace, model: torch.nn.Module | None) -> di
     ):
         options["tokenizer"] = str(folder)
     config = getattr(getattr(model, "hf", None), "config", None)
-    limit = getattr(config, "n_positions", None) or getattr(
-        config, "max_position_embeddings", None
-    )
+    limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
     if isinstance(limit, int) and limit > 0:
         options["context"] = min(options["context"], limit)
     return options
