@@ -35,10 +35,10 @@ from lmc.experiments.study import (
     resolve,
 )
 from lmc.metrics import CALIBRATIONS
-from lmc.perm.methods import method_names, study_keys
 from lmc.models import MODELS
 from lmc.models.layers import ACTIVATIONS, NORMS
 from lmc.models.vit import POOLS
+from lmc.perm.methods import method_names, study_keys
 from lmc.train import TrainSettings
 from lmc.train.settings import OPTIMIZERS, PRECISIONS, SCHEDULES
 
