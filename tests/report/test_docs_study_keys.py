@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from lmc.config import LmcError
-from lmc.data import DATASETS, load
+from lmc.data import ALL_DATASETS, load
 from lmc.data.dataset import SPLITS
 from lmc.data.synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 from lmc.experiments import study as study_module
@@ -55,7 +55,7 @@ IDENTITIES = ("run", "merge", *METHOD_MERGES, "grid", "none")
 # The choices of each string key, from the code; the doc's "allowed values" cell must name
 # exactly these (in backticks).
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("data", "dataset"): tuple(DATASETS),
+    ("data", "dataset"): tuple(ALL_DATASETS),
     ("data", "split"): tuple(SPLITS),
     ("model", "name"): tuple(MODELS),
     ("merge", "methods"): tuple(METHODS),

@@ -16,7 +16,7 @@ from dataclasses import fields
 from typing import Any
 
 from lmc.config import LmcError
-from lmc.data import DATASETS, input_shape
+from lmc.data import ALL_DATASETS, TEXT_DATASETS, input_shape
 from lmc.models import MODELS, check_options, get_model
 from lmc.train import TrainSettings
 
@@ -96,12 +96,12 @@ def header(
 
 
 def check_data(data: dict[str, Any], source: str | None) -> dict[str, Any]:
-    """The values of a ``[data]`` table whose keys are checked: a known dataset, a split of
-    ``train`` or ``test``."""
-    if data["dataset"] not in DATASETS:
+    """The values of a ``[data]`` table whose keys are checked: a known dataset (image, vector
+    or text: ``ALL_DATASETS``), a split of ``train`` or ``test``."""
+    if data["dataset"] not in ALL_DATASETS:
         raise LmcError(
             f"unknown dataset {data['dataset']!r}{where(source)}: "
-            f"choose one of {', '.join(DATASETS)}"
+            f"choose one of {', '.join(ALL_DATASETS)}"
         )
     if data["split"] not in ("train", "test"):
         raise LmcError(f"'data.split'{where(source)} must be train or test")
@@ -161,11 +161,12 @@ def data_given(entry: Any, data: dict[str, Any] | None) -> dict[str, Any]:
     """The options the model registry ``entry`` reads off the study's dataset (its example
     shape; the class count as a placeholder, not checked here), or ``{}`` when the dataset is
     not known yet."""
-    if not data or data.get("dataset") not in DATASETS:
+    if not data or data.get("dataset") not in ALL_DATASETS:
         return {}
+    task = "next-token" if data["dataset"] in TEXT_DATASETS else "classification"
     try:
         shape = input_shape(data["dataset"], **data.get("options", {}))
-        given = entry.inputs(shape, 10)
+        given = entry.inputs(shape, 10, task)
     except (LmcError, TypeError, ValueError):
         return {}  # the dataset's own check names the problem
     given.pop("num_classes", None)
