@@ -255,6 +255,13 @@ def _load_point(model: nn.Module, state_a: StateDict, state_b: StateDict, lam: f
     return model
 
 
+def _vmap_is_slow(model: nn.Module, device: torch.device) -> bool:
+    """Whether ``model`` has attention layers (a module whose class name says so) on the CPU."""
+    if torch.device(device).type != "cpu":
+        return False
+    return any("attention" in type(m).__name__.lower() for m in model.modules())
+
+
 def select_engine(
     method: str,
     *,
@@ -274,6 +281,10 @@ def select_engine(
     - ``method="loop"``, or ``"auto"`` with a resolved BatchNorm mode other than ``none``
       (statistics must be recomputed per point): a :class:`LoopEngine` over ``prepare``
       (default: load theta(lam) into ``model`` with :func:`lmc.merge.lerp_into`).
+    - ``"auto"`` for a model with attention layers on the CPU, unless the chain fast path takes
+      it: the loop too (``torch.vmap`` has no batching rule for CPU
+      ``scaled_dot_product_attention`` and runs it through a slower fallback;
+      ``benchmarks/attention_path_eval.py`` measures both).
     - otherwise a :class:`BatchedEngine` (the chain fast path when ``fast`` and
       :func:`lmc.metrics.chain.chain_plan` accepts ``model``, else ``torch.vmap``), after a
       probe on 2 examples (:meth:`BatchedEngine.probe`). When the probe fails ``auto`` falls
@@ -291,8 +302,10 @@ def select_engine(
             f"the batched method cannot recompute BatchNorm statistics per lambda (bn={bn_mode!r});"
             " use method='loop'"
         )
+    plan = chain_plan(model) if fast and method != "loop" else None
+    if method == "auto" and plan is None and _vmap_is_slow(model, device):
+        method = "loop"
     if method == "batched" or (method == "auto" and bn_mode == "none"):
-        plan = chain_plan(model) if fast else None
         engine = BatchedEngine(
             model,
             state_a,

@@ -42,15 +42,19 @@ WIDTH_KINDS = ("units", "multiplier")
 DEFAULT_WIDTH_LABELS = {"units": "hidden units per layer", "multiplier": "channel multiplier"}
 
 
-def vector_inputs(
-    input_shape: Sequence[int], num_classes: int, task: str = "classification"
-) -> dict[str, Any]:
-    """Options of a model that flattens its input: ``input_size`` = prod(shape)."""
+def _classification_only(task: str) -> None:
     if task != "classification":
         raise LmcError(
             f"this model classifies; the dataset holds {task} data (token windows): "
             "train a gpt on it (--model gpt)"
         )
+
+
+def vector_inputs(
+    input_shape: Sequence[int], num_classes: int, task: str = "classification"
+) -> dict[str, Any]:
+    """Options of a model that flattens its input: ``input_size`` = prod(shape)."""
+    _classification_only(task)
     return {"input_size": int(math.prod(input_shape)), "num_classes": int(num_classes)}
 
 
@@ -61,11 +65,7 @@ def image_inputs(
     input_shape: Sequence[int], num_classes: int, task: str = "classification"
 ) -> dict[str, Any]:
     """Options of a model of images (C, H, W): ``in_channels`` = C."""
-    if task != "classification":
-        raise LmcError(
-            f"this model classifies; the dataset holds {task} data (token windows): "
-            "train a gpt on it (--model gpt)"
-        )
+    _classification_only(task)
     if len(input_shape) != 3:
         raise LmcError(
             f"this model needs image data (C, H, W); the dataset's examples have shape "
