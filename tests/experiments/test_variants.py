@@ -103,8 +103,10 @@ def test_a_sweep_runs_each_variant_and_writes_the_table_across_them(tmp_path, ca
     out = tmp_path / "out"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a tiny run's calibration warnings
+        # one worker: in-process (a pool would spawn interpreters; test_workers_identity.py
+        # checks that the worker count changes no result)
         code = main(["sweep", str(study), "--out", str(out), "--runs-dir", str(tmp_path / "runs"),
-                     "--quiet", "--json"])  # fmt: skip
+                     "--workers", "1", "--quiet", "--json"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     record = json.loads(capsys.readouterr().out)
     assert [v["name"] for v in record["variants"]] == ["depth1", "depth2"]

@@ -268,12 +268,23 @@ def synthetic(tmp_path_factory) -> Synthetic:
     return make_results(tmp_path_factory.mktemp("results") / "study")
 
 
-@pytest.fixture(scope="module")
-def rendered(synthetic, tmp_path_factory):
+@pytest.fixture(scope="session")
+def _rendered_once(tmp_path_factory):
+    """The report of a synthetic folder, written once per session (each render draws every
+    figure as PNG and SVG: seconds) from a folder of its own that no test changes."""
     from lmc.report import write_report
 
+    folder = make_results(tmp_path_factory.mktemp("rendered-results") / "study")
     out = tmp_path_factory.mktemp("report")
-    return write_report(synthetic.path, out_dir=out, title="Synthetic width study")
+    return write_report(folder.path, out_dir=out, title="Synthetic width study")
+
+
+@pytest.fixture(scope="module")
+def rendered(synthetic, _rendered_once):
+    """The report of ``synthetic``'s numbers: ``make_results`` is seeded, so the folder the
+    shared report was written from holds the same files as ``synthetic`` has before a test
+    changes them. Tests only read the report."""
+    return _rendered_once
 
 
 @pytest.fixture

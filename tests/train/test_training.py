@@ -118,16 +118,22 @@ def test_digits_mlp_reaches_95_percent(tmp_path, digits):
     assert load_run(run.path).build_model()(digits.x_test[:5]).shape == (5, 10)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(
     not __import__("pathlib").Path("/usr/share/datasets/fashion-mnist").exists(),
     reason="Debian's dataset-fashion-mnist is not installed",
 )
-def test_fashion_mnist_width_512_reaches_87_percent(tmp_path):
-    data = load("fashion-mnist")
-    config = make_config("fashion-mnist", "mlp", {"width": 512, "depth": 3}, data=data, epochs=10)
+def test_fashion_mnist_small_mlp_learns_the_real_data(tmp_path):
+    """The real-data check at a small scale: a width-128 depth-3 MLP trained 3 epochs on 10,000
+    Fashion-MNIST training examples, tested on the whole test split, reaches 80 % (it gets
+    about 84 % with seeds 0, 1 and 2). The full-scale check (width 512, 10 epochs on all
+    60,000 examples, 87 %) is benchmarks/fashion_mnist_accuracy.py, run on demand."""
+    subset = {"train_size": 10_000}
+    data = load("fashion-mnist", **subset)
+    assert data.x_test.shape[0] == 10_000  # the whole test split
+    config = make_config("fashion-mnist", "mlp", {"width": 128, "depth": 3}, subset, data=data,
+                         epochs=3)  # fmt: skip
     run, _ = train_run(config, store=RunStore(tmp_path), data=data)
-    assert run.metrics["final_test_accuracy"] >= 0.87
+    assert run.metrics["final_test_accuracy"] >= 0.80
 
 
 def _token_dataset(n=48, t=6, vocab=7, seed=0):
