@@ -22,7 +22,8 @@ from lmc.metrics.calibration import BETA_MAX, BETA_MIN
 from .cells import coerce_row, is_close, mean_std, method_sort_key, number
 
 #: The barriers of Table 1 (keys of :data:`lmc.metrics.BARRIERS`: the midpoint ones, the width
-#: paper's), each as ``<key>_mean`` and ``<key>_std`` in :data:`TABLE1_COLUMNS`.
+#: paper's), each as ``<key>_mean``, ``<key>_std`` and ``<key>_ci95`` (the half-width of the
+#: mean's 95 % t-interval over the pairs, :func:`ci95_half_width`) in :data:`TABLE1_COLUMNS`.
 TABLE1_BARRIERS = (
     "midpoint_accuracy_barrier",
     "midpoint_loss_barrier",
@@ -37,8 +38,9 @@ TABLE1_COLUMNS = (
     "endpoint_train_loss_mean",
     "merged_accuracy_mean",
     "merged_accuracy_std",
+    "merged_accuracy_ci95",
     "ensemble_accuracy_mean",
-    *(f"{key}_{stat}" for key in TABLE1_BARRIERS for stat in ("mean", "std")),
+    *(f"{key}_{stat}" for key in TABLE1_BARRIERS for stat in ("mean", "std", "ci95")),
     "inverse_temperature_mean",
     "ensemble_inverse_temperature_mean",
     "undefined_calibration_pairs",
@@ -49,6 +51,16 @@ UNDEFINED_WITH = {
     "calibration_at_bound": ("inverse_temperature", "calibrated_loss"),
     "ensemble_calibration_at_bound": ("ensemble_inverse_temperature", "ensemble_calibrated_loss"),
 }
+
+
+def ci95_half_width(std: float, n: int) -> float:
+    """Half-width of the 95 % t-interval of a mean of ``n`` values with sample std ``std``:
+    t_{0.975, n-1} · std / √n (NaN below 2 values), as docs/science.md states."""
+    if n < 2 or not math.isfinite(std):
+        return math.nan
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
 
 
 def beta_on_bound(value: Any) -> bool:
@@ -172,8 +184,8 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 row[column] = undefined
                 continue
             base, _, which = column.rpartition("_")
-            mean, std, _ = mean_std(per.get(base, []))
-            row[column] = mean if which == "mean" else std
+            mean, std, n = mean_std(per.get(base, []))
+            row[column] = {"mean": mean, "std": std, "ci95": ci95_half_width(std, n)}[which]
         out.append(row)
     out.sort(key=lambda r: (-r["weight_decay"], method_sort_key(r["method"]), r["width"]))
     return out
