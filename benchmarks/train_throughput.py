@@ -19,12 +19,20 @@ step, which costs bf16 more than fp32 (it allocates more of them); running with
 ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4000000000`` in the environment keeps them on the
 heap and shows the step rates without that cost.
 
+Language models (``--model gpt``): the same interleaved timing for causal GPTs (``--depth``
+blocks, ``--heads`` heads, vocabulary ``--vocab``, ``--context`` tokens per window) of each
+embedding width in ``--widths`` on random tokens, reported as tokens/s (batch x context per
+step) per precision and their bf16/fp32 ratio; the recipe ``lewc-text-gpt`` trains at these
+shapes.
+
 Accuracy (``--accuracy``): trains one MLP of width ``--width`` on Fashion-MNIST for
 ``--epochs`` epochs with the same seeds in fp32 and bf16 and prints both final test accuracies
 (always evaluated in float32) and their difference in points.
 
     python benchmarks/train_throughput.py [--batch-size 128] [--widths 512,1024,2048,4096]
         [--steps 40] [--repeats 3] [--threads N] [--device cpu]
+    python benchmarks/train_throughput.py --model gpt [--widths 64,128,256] [--batch-size 32]
+        [--context 64] [--depth 2] [--heads 4] [--vocab 105]
     python benchmarks/train_throughput.py --accuracy [--width 2048] [--epochs 3]
 """
 
@@ -37,6 +45,7 @@ import torch
 from _common import best_time
 
 from lmc.data import Dataset, load
+from lmc.data.text import build_text_dataset
 from lmc.models import build
 from lmc.train import PRECISIONS, TrainSettings, fit
 
@@ -128,6 +137,56 @@ def throughput(args: argparse.Namespace) -> None:
         )
 
 
+def random_text(chars: int, vocab: int, seed: int = 0) -> str:
+    """``chars`` characters drawn uniformly from a ``vocab``-letter alphabet (seeded)."""
+    alphabet = [chr(0x100 + i) for i in range(vocab)]
+    gen = torch.Generator().manual_seed(seed)
+    return "".join(alphabet[i] for i in torch.randint(vocab, (chars,), generator=gen).tolist())
+
+
+def gpt_throughput(args: argparse.Namespace) -> None:
+    tokens_per_step = args.batch_size * args.context
+    train_chars = args.steps * tokens_per_step + args.context + 1
+    text = random_text(int(train_chars / 0.8) + 4 * (args.context + 1), args.vocab)
+    data = build_text_dataset(
+        "random", text, context=args.context, splits=(0.8, 0.1, 0.1), device=args.device
+    )
+    data.x_train, data.y_train = (
+        data.x_train[: args.steps * args.batch_size],
+        data.y_train[: args.steps * args.batch_size],
+    )
+    print(
+        f"random tokens (vocab {data.vocab_size}); GPT depth {args.depth}, heads {args.heads}, "
+        f"context {args.context}, batch {args.batch_size} ({tokens_per_step} tokens/step), "
+        f"AdamW, {args.steps} steps x best of {args.repeats} interleaved repeats; device "
+        f"{args.device}; torch threads {torch.get_num_threads()}"
+    )
+    print(f"{'width':>6} {'fp32 tokens/s':>14} {'bf16 tokens/s':>14} {'bf16/fp32':>10}")
+    for width in (int(w) for w in args.widths.split(",")):
+        model = build(
+            "gpt", seed=0, vocab=data.vocab_size, context=args.context, width=width,
+            depth=args.depth, heads=args.heads,
+        )  # fmt: skip
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        settings = {
+            p: TrainSettings(
+                epochs=1, batch_size=args.batch_size, optimizer="adamw", lr=1e-3, precision=p
+            )
+            for p in PRECISIONS
+        }
+        for p in PRECISIONS:  # warm-up
+            time_fit(model, initial, data, settings[p], args.device)
+        best = {p: float("inf") for p in PRECISIONS}
+        for r in range(args.repeats):
+            for p in PRECISIONS if r % 2 == 0 else PRECISIONS[::-1]:
+                best[p] = min(best[p], time_fit(model, initial, data, settings[p], args.device))
+        rate = {p: args.steps * tokens_per_step / best[p] for p in PRECISIONS}
+        print(
+            f"{width:>6} {rate['fp32']:>14.0f} {rate['bf16']:>14.0f} "
+            f"{rate['bf16'] / rate['fp32']:>9.2f}x"
+        )
+
+
 def accuracy(args: argparse.Namespace) -> None:
     data = load("fashion-mnist", device=args.device)
     print(
@@ -152,8 +211,15 @@ def accuracy(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--widths", default="512,1024,2048,4096")
+    parser.add_argument("--batch-size", type=int, default=None, help="default 128 (gpt: 32)")
+    parser.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
+    parser.add_argument(
+        "--widths", default=None, help="default 512,1024,2048,4096 (gpt: 64,128,256)"
+    )
+    parser.add_argument("--context", type=int, default=64, help="gpt: tokens per window")
+    parser.add_argument("--depth", type=int, default=2, help="gpt: blocks")
+    parser.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
+    parser.add_argument("--vocab", type=int, default=105, help="gpt: vocabulary size")
     parser.add_argument("--steps", type=int, default=40, help="timed steps per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
@@ -164,7 +230,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    accuracy(args) if args.accuracy else throughput(args)
+    if args.batch_size is None:
+        args.batch_size = 32 if args.model == "gpt" else 128
+    if args.widths is None:
+        args.widths = "64,128,256" if args.model == "gpt" else "512,1024,2048,4096"
+    if args.accuracy:
+        accuracy(args)
+    elif args.model == "gpt":
+        gpt_throughput(args)
+    else:
+        throughput(args)
 
 
 if __name__ == "__main__":

@@ -22,3 +22,20 @@ def test_gpt2_matching_benchmark_runs_and_recovers_a_known_permutation():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "known permutation recovered exactly: True" in done.stdout
     assert "memory (RSS):" in done.stdout and "weight matching:" in done.stdout
+
+
+def test_train_throughput_gpt_mode_reports_tokens_per_second(monkeypatch, capsys):
+    """In-process (a new interpreter would cost more than the run): two tiny widths, one
+    timed repeat; a row per width with both precisions' tokens/s and their ratio."""
+    import runpy
+
+    argv = ["train_throughput.py", "--model", "gpt", "--widths", "16,32", "--steps", "2",
+            "--repeats", "1", "--context", "8", "--batch-size", "4", "--vocab", "11"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert "tokens/step" in lines[0] and "bf16/fp32" in lines[1]
+    rows = [line.split() for line in lines[2:]]
+    assert [r[0] for r in rows] == ["16", "32"]
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and r[3].endswith("x") for r in rows)

@@ -15,6 +15,7 @@ from lmc.metrics import (
     cross_entropy_at,
     crossfit_folds,
     fit_inverse_temperature,
+    fit_inverse_temperatures,
     resolve_calibration,
 )
 from lmc.metrics.result import LambdaMetrics
@@ -227,3 +228,44 @@ def test_path_calibration_subsets_and_folds_are_whole_windows():
     assert row["inverse_temperature"] == pytest.approx(beta, rel=1e-12)
     want = cross_entropy_at(z[held], y[held], beta, task="next-token")
     assert row["calibrated_loss"] == pytest.approx(want, rel=1e-12)
+
+
+def _brent_beta(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """An independent search: SciPy's bounded Brent on log beta of the plain cross-entropy."""
+    from scipy.optimize import minimize_scalar
+
+    res = minimize_scalar(
+        lambda u: cross_entropy_at(logits, labels, math.exp(u)),
+        bounds=(math.log(1e-3), math.log(1e4)),
+        method="bounded",
+        options={"xatol": 1e-10},
+    )
+    return math.exp(res.x)
+
+
+@pytest.mark.parametrize(("scale", "temper", "seed"), [(2.0, 7.0, 0), (0.5, 0.2, 1), (4.0, 1.0, 2)])
+def test_newton_search_agrees_with_a_brent_search(scale, temper, seed):
+    z, labels = sampled_problem(3000, 7, scale, seed)
+    noise = torch.randn(z.shape, generator=torch.Generator().manual_seed(seed + 10))
+    logits = (z / temper + 0.3 * noise.double()).float()
+    assert fit_inverse_temperature(logits, labels) == pytest.approx(
+        _brent_beta(logits, labels), rel=1e-6
+    )
+
+
+def test_subsets_warm_started_equal_their_own_fits():
+    z, labels = sampled_problem(2000, 5, 3.0, 3)
+    logits = 0.4 * z
+    folds = crossfit_folds(2000, seed=1, folds=4)
+    fits = [torch.cat([f for j, f in enumerate(folds) if j != i]) for i in range(4)]
+    betas = fit_inverse_temperatures(logits, labels, [None, *fits])
+    assert betas[0] == pytest.approx(fit_inverse_temperature(logits, labels), rel=1e-9)
+    for beta, fit in zip(betas[1:], fits):
+        assert beta == pytest.approx(fit_inverse_temperature(logits[fit], labels[fit]), rel=1e-9)
+    assert len(set(betas)) == 5  # the folds do give different betas
+
+
+def test_an_optimum_beyond_a_bound_gives_the_bound():
+    z, labels = sampled_problem(2000, 5, 3.0, 4)
+    assert fit_inverse_temperature(z * 1e-6, labels) == BETA_MAX  # wants beta ~ 1e6
+    assert fit_inverse_temperature(z * 1e6, labels) == pytest.approx(1e-3)  # wants ~ 1e-6

@@ -12,7 +12,8 @@ Accuracies are fractions in [0, 1]; losses are mean cross-entropies in nats.
 - :func:`barriers` and the pure barrier functions of :mod:`lmc.metrics.barriers`; the barrier
   schema :data:`BARRIERS` (:class:`Barrier`: key, curve, function, meaning) and its keys
   :data:`BARRIER_KEYS`, the one list of barrier keys every results file uses.
-- :func:`fit_inverse_temperature`, :func:`cross_entropy_at`; the calibrations
+- :func:`fit_inverse_temperature` (and :func:`fit_inverse_temperatures` on several subsets of
+  the same predictions), :func:`cross_entropy_at`; the calibrations
   (:data:`CALIBRATIONS`: the paper's 20/80 ``split``, the cross-fitted ``crossfit`` and ``auto``,
   :func:`resolve_calibration`) and their subsets (:func:`calibration_split`,
   :func:`crossfit_folds`); :data:`CALIBRATE_DEFAULTS`: whether a path is calibrated when
@@ -51,6 +52,7 @@ from .calibration import (
     cross_entropy_rows,
     crossfit_folds,
     fit_inverse_temperature,
+    fit_inverse_temperatures,
     mean_cross_entropy,
     resolve_calibration,
 )
@@ -112,6 +114,7 @@ __all__ = [
     "evaluate_path",
     "expected_calibration_error",
     "fit_inverse_temperature",
+    "fit_inverse_temperatures",
     "lambda_grid",
     "loss_barrier",
     "max_minus_mean_loss",

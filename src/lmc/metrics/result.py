@@ -54,6 +54,7 @@ from .calibration import (
     cross_entropy_rows,
     crossfit_folds,
     fit_inverse_temperature,
+    fit_inverse_temperatures,
     mean_cross_entropy,
     resolve_calibration,
 )
@@ -90,6 +91,13 @@ def _fit(z: torch.Tensor, y: torch.Tensor) -> float:
     if not torch.isfinite(z).all():
         return math.nan
     return fit_inverse_temperature(z, y)
+
+
+def _fit_all(z: torch.Tensor, y: torch.Tensor, subsets: list) -> list[float]:
+    """One model's betas on each of ``subsets`` of its rows (NaN for non-finite logits)."""
+    if not torch.isfinite(z).all():
+        return [math.nan] * len(subsets)
+    return fit_inverse_temperatures(z, y, subsets)
 
 
 class LambdaMetrics:
@@ -192,11 +200,11 @@ class LambdaMetrics:
             per_example = betas.view(-1, 1).expand(-1, len(self.held))
             scored, y_scored = z[:, self.held], self.y_held
         else:
-            fold_betas = torch.tensor(
-                [[_fit(z[k, fit], self.y[fit]) for fit in self.fits] for k in range(count)],
+            fitted = torch.tensor(
+                [_fit_all(z[k], self.y, [None, *self.fits]) for k in range(count)],
                 dtype=torch.float64,
-            )  # (count, K)
-            betas = torch.tensor([_fit(z[k], self.y) for k in range(count)], dtype=torch.float64)
+            )  # (count, 1 + K): all examples, then each fold's fitting set
+            betas, fold_betas = fitted[:, 0], fitted[:, 1:]
             undefined = [
                 at_bound(b) or any(at_bound(f) for f in row)
                 for b, row in zip(betas.tolist(), fold_betas.tolist())
