@@ -179,6 +179,13 @@ def run(args: argparse.Namespace) -> int:
     methods = [m for m in method_names() if m != "none"]
     if args.method not in methods:
         raise LmcError(f"unknown --method {args.method!r}: choose one of {', '.join(methods)}")
+    if get_method(args.method).canonical:
+        raise LmcError(
+            f"method {args.method!r} aligns the canonical forms (LayerNorms folded into "
+            "RMSNorms), whose weights do not load into the models' own architecture, so lmc "
+            f"align has no aligned B to write: use lmc interpolate/analyze --align "
+            f"{args.method}, or a study's [merge] methods"
+        )
     settings = _settings(args)
     if uses_own_model(args):
         return _run_own_model(args, settings)

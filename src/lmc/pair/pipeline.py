@@ -95,6 +95,8 @@ def run_pair(
 ) -> PairResult:
     """Align (optionally), evaluate the path and analyse the pair (A at λ = 0, B at λ = 1).
 
+    A method that aligns canonical forms (``orthogonal``) has the path, the analysis and the
+    stitching measured between the canonical models (the same functions, other parameters).
     ``data``: the dataset both models were trained on; the path and analysis are measured on
     ``settings.split`` (its first ``settings.max_examples`` examples), BatchNorm is reset and
     alignment statistics are read on its training split. Neither model is changed.
@@ -110,6 +112,11 @@ def run_pair(
     result = PairResult(settings)
     aligned = align_pair(model_a, model_b, data, settings, quiet=quiet)
     state_b = None
+    if aligned is not None and aligned.models is not None:
+        # the method aligned the canonical forms: the pair is measured between them (the same
+        # functions; docs/science.md), B's initial state canonicalised as B was
+        init_states = _canonical_init(init_states, model_a, model_b)
+        model_a, model_b = aligned.models
     if aligned is not None:
         state_b, result.alignment = aligned.state_dict, aligned.info
         result.transforms = aligned.alignment
@@ -142,6 +149,20 @@ def run_pair(
     if settings.stitch:
         result.stitch_errors = _stitching_errors(model_a, model_b, state_b, x, y, data.task)
     return result
+
+
+def _canonical_init(init_states, model_a, model_b):
+    """``(A_0, B_0)`` in the canonical form of their models' architecture (or ``None``)."""
+    if init_states is None:
+        return None
+    from lmc.perm.canonical import canonical_state
+
+    out = []
+    for model, state in zip((model_a, model_b), init_states):
+        model = copy.deepcopy(model)
+        model.load_state_dict(state)
+        out.append(canonical_state(model))
+    return tuple(out)
 
 
 def _aligned_init(init_states, aligned):

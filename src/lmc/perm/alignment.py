@@ -43,7 +43,10 @@ class AlignResult:
     ``moved_fraction`` (permutation groups -> fraction of units moved), ``kinds`` (group ->
     transform kind), ``seconds``, ``settings`` and method-specific extras; ``symmetry``: the
     axis roles (a :class:`~lmc.perm.symmetry.SymmetrySpec`) when some transform is not a
-    permutation, ``None`` otherwise.
+    permutation, ``None`` otherwise; ``models``: for a method that aligns canonical forms
+    (``AlignmentMethod.canonical``), the canonical ``(A, B)`` it aligned (:mod:`lmc.perm.
+    canonical`: the same functions as the given models, other parameters): ``state_dict``,
+    ``spec`` and :meth:`apply` are then in the canonical architecture; ``None`` otherwise.
     """
 
     alignment: Alignment
@@ -51,6 +54,7 @@ class AlignResult:
     spec: PermutationSpec
     info: dict[str, Any] = field(default_factory=dict)
     symmetry: SymmetrySpec | None = None
+    models: tuple[nn.Module, nn.Module] | None = None
 
     @property
     def perm(self) -> Perm:
@@ -97,6 +101,14 @@ def align(
     record = get_method(method)
     options = record.resolve(settings)
     check_same_architecture(model_a, model_b, purpose="alignment")
+    canonical_pair = None
+    if record.canonical:  # the method works in the canonical form: align that
+        from .canonical import canonicalize, is_canonical
+
+        if not (is_canonical(model_a) and is_canonical(model_b)):
+            model_a, model_b = canonicalize(model_a), canonicalize(model_b)
+            spec = None  # the given spec (if any) was traced from the original A
+        canonical_pair = (model_a, model_b)
     state_a = model_a.state_dict()
     state_b = model_b.state_dict()
     if not isinstance(inputs, torch.Tensor) or inputs.shape[0] < 1:
@@ -149,7 +161,9 @@ def align(
         "seconds": seconds,
         **output.extras,
     }
-    return AlignResult(alignment, state, spec, info, symmetry)
+    if canonical_pair is not None:
+        info["canonical"] = True
+    return AlignResult(alignment, state, spec, info, symmetry, canonical_pair)
 
 
 __all__ = ["METHODS", "SETTINGS", "AlignResult", "Perm", "align"]

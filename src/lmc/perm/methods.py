@@ -171,7 +171,10 @@ class AlignmentMethod:
 
     ``function(job, **settings) -> MethodOutput``; ``description``: one line for ``--help`` and
     the docs; ``needs_data``: it reads training examples (not only two rows to trace the model);
-    ``needs_labels``: it also reads their targets (implies ``needs_data``).
+    ``needs_labels``: it also reads their targets (implies ``needs_data``); ``canonical``: it
+    aligns the pair's canonical forms (:mod:`lmc.perm.canonical`: LayerNorms folded, the stream
+    centred, RMSNorms; pre-LN transformers only): :func:`lmc.perm.align` canonicalises both
+    models first and the job holds the canonical pair, whose stream admits orthogonal maps.
     """
 
     name: str
@@ -180,6 +183,7 @@ class AlignmentMethod:
     settings: tuple[MethodSetting, ...] = ()
     needs_data: bool = False
     needs_labels: bool = False
+    canonical: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
@@ -353,6 +357,27 @@ def _random(job: AlignJob) -> MethodOutput:
     return MethodOutput(random_permutation(job.spec, job.seed))
 
 
+def _orthogonal(job: AlignJob, *, max_iter: int, tol: float) -> MethodOutput:
+    from .orthogonal_match import distance_from_permutation, orthogonal_weight_matching
+    from .symmetry import symmetry_spec
+
+    device = next(iter(job.state_a.values())).device
+    symmetry = symmetry_spec(job.model_a, job.inputs[:2].to(device), spec=job.spec)
+    om = orthogonal_weight_matching(
+        symmetry, job.state_a, job.state_b, seed=job.seed, max_iter=max_iter, tol=tol
+    )
+    extras = {
+        "orthogonal_groups": list(om.orthogonal_groups),
+        "passes": om.passes,
+        "converged": om.converged,
+        "objective_per_pass": list(om.objective_per_pass),
+        "distance_from_permutation": {
+            g: distance_from_permutation(om.alignment[g]) for g in om.orthogonal_groups
+        },
+    }
+    return MethodOutput(om.alignment, extras)
+
+
 def _none(job: AlignJob) -> MethodOutput:
     return MethodOutput(Alignment.identity(job.spec))
 
@@ -485,6 +510,27 @@ def _register_builtins() -> None:
         )
     )
 
+    register_method(
+        AlignmentMethod(
+            "orthogonal",
+            _orthogonal,
+            "orthogonal weight matching of pre-LN transformers: in the canonical form, an "
+            "orthogonal map of the residual stream (Procrustes) and permutations of MLP units, "
+            "heads and head dims (weight matching), by coordinate descent (data-free)",
+            settings=(
+                MethodSetting("max_iter", 20, "most coordinate-descent rounds", minimum=1),
+                MethodSetting(
+                    "tol",
+                    1e-10,
+                    "stop after a round that raises the matching objective by at most this "
+                    "fraction",
+                    type=float,
+                    minimum=0.0,
+                ),
+            ),
+            canonical=True,
+        )
+    )
 
 _register_builtins()
 

@@ -68,6 +68,22 @@ def procrustes(cross: torch.Tensor) -> torch.Tensor:
     return u @ vh
 
 
+def distance_from_permutation(transform: Transform) -> float:
+    """How far an orthogonal map is from the nearest permutation: ``‖Q − P‖_F / sqrt(2n)``
+    with ``P`` the permutation maximising ``tr(Pᵀ Q)`` (a linear assignment on ``Q``). 0 for a
+    permutation; for orthogonal ``Q``, ``‖Q − P‖² = 2n − 2 tr(PᵀQ)``, so the distance is
+    ``sqrt(1 − tr(PᵀQ) / n)``: about 1 for a Haar-random rotation, at most ``sqrt(2)``."""
+    from scipy.optimize import linear_sum_assignment
+
+    q = transform.matrix() if hasattr(transform, "matrix") else None
+    if q is None:  # a permutation
+        return 0.0
+    rows, cols = linear_sum_assignment(q.numpy(), maximize=True)
+    n = q.shape[0]
+    trace = float(q[rows, cols].sum())
+    return float(max(0.0, 1.0 - trace / n) ** 0.5)
+
+
 def _pieces(
     spec: SymmetrySpec, group: str, state: Mapping[str, torch.Tensor]
 ) -> Iterable[tuple[str, int, int, int, torch.Tensor]]:
@@ -238,6 +254,7 @@ __all__ = [
     "OrthogonalMatchResult",
     "cross_product",
     "default_orthogonal_groups",
+    "distance_from_permutation",
     "orthogonal_weight_matching",
     "procrustes",
 ]
