@@ -39,3 +39,17 @@ def test_train_throughput_gpt_mode_reports_tokens_per_second(monkeypatch, capsys
     rows = [line.split() for line in lines[2:]]
     assert [r[0] for r in rows] == ["16", "32"]
     assert all(float(r[1]) > 0 and float(r[2]) > 0 and r[3].endswith("x") for r in rows)
+
+
+def test_learned_alignment_benchmark_reports_both_methods(monkeypatch, capsys):
+    import runpy
+
+    argv = ["learned_alignment.py", "--widths", "8", "--steps", "2", "--repeats", "1",
+            "--examples", "20", "--context", "6", "--vocab", "11", "--heads", "2"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(ROOT / "benchmarks" / "learned_alignment.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert "learned/closed" in lines[1]
+    width, closed, learned, ratio, before, after = lines[2].split()
+    assert width == "8" and float(closed) > 0 and float(learned) > 0 and ratio.endswith("x")
+    assert float(after) <= float(before)  # the kept map is never worse than the closed form

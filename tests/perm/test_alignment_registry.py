@@ -34,9 +34,11 @@ def _pair():
 
 def test_builtin_methods_are_records_in_their_old_order():
     assert method_names() == (
-        "none", "weight", "activation", "ste", "random", "onepass", "orthogonal"
+        "none", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned"
     )  # fmt: skip
-    assert METHODS == ("weight", "activation", "ste", "random", "onepass", "orthogonal", "none")
+    assert METHODS == (
+        "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned", "none"
+    )  # fmt: skip
     assert SETTINGS["weight"] == {
         "max_iter": 100, "tol": 1e-4, "init": "onepass", "restarts": 1, "solver": "auto"
     }  # fmt: skip

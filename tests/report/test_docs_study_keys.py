@@ -387,6 +387,7 @@ ALTERNATIVES = {
     ("merge", "methods"): lambda v: [*v, "random"],
     ("merge", "activation_max_examples"): lambda v: 16,
     ("merge", "ste_holdout"): lambda v: 8,
+    ("merge", "learned_holdout"): lambda v: 8,
     ("merge", "lambdas"): lambda v: v + 1 if isinstance(v, int) else [0.25],
     ("analysis", "lambdas"): lambda v: [0.25],
     ("data", "options"): lambda v: {**v, "seed": 1},

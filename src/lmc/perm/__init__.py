@@ -22,7 +22,8 @@ spec (:mod:`.symmetry`); ``Permutation`` / ``Orthogonal`` / ``Invertible`` are t
 kinds of one group (:mod:`.transforms`); an ``Alignment`` maps every group to its transform
 (:mod:`.alignment_map`; ``Alignment.from_permutation(result.perm)`` converts today's
 permutations); ``orthogonal_weight_matching`` solves the stream by Procrustes
-(:mod:`.orthogonal_match`).
+(:mod:`.orthogonal_match`), ``learned_alignment`` trains rotations on the path's loss from there
+(:mod:`.learned`).
 """
 
 from lmc.models.compare import check_same_architecture
@@ -32,6 +33,7 @@ from .alignment import METHODS, AlignResult, align
 from .alignment_map import Alignment, random_alignment
 from .canonical import canonical_skeleton, canonical_state, canonicalize, stream_layout
 from .lap import linear_assignment
+from .learned import LearnedAlignmentResult, learned_alignment
 from .ops import (
     MatchResult,
     apply_permutation,
@@ -89,6 +91,7 @@ __all__ = [
     "Alignment",
     "Invertible",
     "Orthogonal",
+    "LearnedAlignmentResult",
     "OrthogonalMatchResult",
     "Permutation",
     "SymmetrySpec",
@@ -96,6 +99,7 @@ __all__ = [
     "canonical_skeleton",
     "canonical_state",
     "canonicalize",
+    "learned_alignment",
     "orthogonal_weight_matching",
     "random_alignment",
     "stream_layout",

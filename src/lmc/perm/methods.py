@@ -378,6 +378,34 @@ def _orthogonal(job: AlignJob, *, max_iter: int, tol: float) -> MethodOutput:
     return MethodOutput(om.alignment, extras)
 
 
+def _learned(job: AlignJob, **settings: Any) -> MethodOutput:
+    from .learned import learned_alignment
+    from .orthogonal_match import distance_from_permutation
+    from .symmetry import symmetry_spec
+
+    device = next(iter(job.state_a.values())).device
+    symmetry = symmetry_spec(job.model_a, job.inputs[:2].to(device), spec=job.spec)
+    result = learned_alignment(
+        symmetry, job.model_a, job.model_b, job.inputs, job.labels, seed=job.seed,
+        quiet=job.quiet, task=job.task, **settings,
+    )  # fmt: skip
+    extras = {
+        "learned_groups": list(result.learned_groups),
+        "learned_initial_loss": result.initial_loss,
+        "learned_best_loss": result.best_loss,
+        "learned_best_step": result.best_step,
+        "learned_train_losses": list(result.train_losses),
+        "learned_holdout": result.holdout,
+        "distance_from_closed_form": result.distance_from_closed_form,
+        "distance_from_permutation": {
+            g: distance_from_permutation(result.alignment[g])
+            for g in result.learned_groups
+            if result.alignment[g].kind == "orthogonal" and result.alignment[g].heads == 1
+        },
+    }
+    return MethodOutput(result.alignment, extras)
+
+
 def _none(job: AlignJob) -> MethodOutput:
     return MethodOutput(Alignment.identity(job.spec))
 
@@ -531,6 +559,41 @@ def _register_builtins() -> None:
             canonical=True,
         )
     )
+    register_method(
+        AlignmentMethod(
+            "learned",
+            _learned,
+            "learned orthogonal alignment of pre-LN transformers: from the orthogonal closed "
+            "form, stream and within-head rotations trained on the path's loss at sampled "
+            "lambdas (the best on held-out examples kept)",
+            settings=(
+                MethodSetting("steps", 200, "Adam steps (0: the closed form)", minimum=0),
+                MethodSetting("lr", 1e-2, "Adam learning rate", type=float, positive=True),
+                MethodSetting("batch_size", 64, "training batch size", minimum=1),
+                MethodSetting(
+                    "lambdas",
+                    "uniform",
+                    "where on the path each step's loss is taken: uniform (a fresh lambda in "
+                    "[0, 1] per step) or midpoint (1/2)",
+                    type=str,
+                    choices=("uniform", "midpoint"),
+                ),
+                MethodSetting("heads", True, "also learn rotations within each head", type=bool),
+                MethodSetting(
+                    "holdout",
+                    None,
+                    "training examples held out to pick the best map (none: min(1024, 20% of "
+                    "the examples))",
+                    minimum=1,
+                    optional=True,
+                ),
+                MethodSetting("max_iter", 20, "the closed form's most rounds", minimum=1),
+            ),
+            needs_labels=True,
+            canonical=True,
+        )
+    )
+
 
 _register_builtins()
 

@@ -307,6 +307,26 @@ def haar_orthogonal(d: int, gen: torch.Generator, count: int = 1) -> torch.Tenso
     return q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
 
 
+def act_blocks(
+    x: torch.Tensor,
+    blocks: torch.Tensor,
+    axis: int,
+    repeat: int = 1,
+    head: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x`` with a head-structured linear map applied along ``axis`` (differentiable; no
+    checks): the axis holds ``heads x d x repeat`` entries (``blocks``: (heads, d, d)), and new
+    head ``a`` is ``blocks[a] @ old head head[a]`` (``head``: default the identity order)."""
+    h, d = blocks.shape[0], blocks.shape[1]
+    moved = x.movedim(axis, -1)
+    lead = moved.shape[:-1]
+    parts = moved.reshape(*lead, h, d, repeat)
+    if head is not None:
+        parts = parts[..., head.to(x.device), :, :]
+    y = torch.einsum("hij,...hjr->...hir", blocks, parts)
+    return y.reshape(*lead, h * d * repeat).movedim(-1, axis)
+
+
 class _LinearMap(Transform):
     """A head-structured linear map: ``new[a] = blocks[a] @ old[head[a]]`` (see above)."""
 
@@ -366,12 +386,8 @@ class _LinearMap(Transform):
             )
         _check_axis(x, axis, self.size * repeat)
         blocks = self._blocks if role == "out" else self.dual_blocks()
-        h, d = self.heads, self._blocks.shape[1]
-        moved = x.detach().to(torch.float64).movedim(axis, -1)
-        lead = moved.shape[:-1]
-        parts = moved.reshape(*lead, h, d, repeat)[..., self._head.to(x.device), :, :]
-        y = torch.einsum("hij,...hjr->...hir", blocks.to(x.device), parts)
-        return y.reshape(*lead, self.size * repeat).movedim(-1, axis).to(x.dtype)
+        y = act_blocks(x.detach().to(torch.float64), blocks.to(x.device), axis, repeat, self._head)
+        return y.to(x.dtype)
 
     def inverse(self) -> Transform:
         inv_head = torch.empty_like(self._head)

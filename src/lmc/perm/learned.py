@@ -1,0 +1,256 @@
+"""Learned alignment in orthogonal groups (issue 30; the learned transforms of Theus et al.,
+NeurIPS 2025, with λ sampled along the path as Git Re-Basin's STE does).
+
+Start from the closed form: orthogonal weight matching (:mod:`lmc.perm.orthogonal_match`) of
+the canonical pair gives T₀ and B₁ = T₀(θ_B). Then learn one orthogonal map R_g per learnable
+group g, applied on top of B₁:
+
+- the residual stream (dense, d × d);
+- with ``heads``, every attention group's within-head dims (block-diagonal: one d_h × d_h block
+  per head, the heads keeping their matched order; q/k and v/out admit any invertible map
+  within a head, orthogonal ones are the subgroup learned here). MLP units keep their matched
+  permutation (an elementwise nonlinearity admits nothing else).
+
+Each R_g = exp(S_g − S_gᵀ) (the matrix exponential of a skew-symmetric matrix: always
+orthogonal), S_g = 0 at the start (R = I: the closed form). At every step λ is drawn
+(``lambdas = "uniform"``: U(0, 1), a fresh draw per step; ``"midpoint"``: λ = ½), and the task's
+loss (:mod:`lmc.data.tasks`) of θ(λ) = (1 − λ)θ_A + λ R(B₁) on a training batch takes an Adam
+step on every S_g. Floating buffers are interpolated with the same λ; the model runs in eval
+mode (transformers have no BatchNorm).
+
+The map kept is the best seen by the midpoint's loss on a fixed held-out slice of the examples
+(the last ``holdout`` of them, never used for the steps), judged at the start (the closed
+form), every ``eval_every`` steps and at the end: the result is never worse than the closed form
+on that criterion. The alignment returned is T₀ followed by R (one transform per group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from lmc.config import LmcError, progress
+from lmc.data.tasks import Task, get_task
+from lmc.models import module_device, preserved_modes
+
+from .alignment_map import Alignment
+from .orthogonal_match import default_orthogonal_groups, orthogonal_weight_matching
+from .symmetry import SymmetrySpec
+from .transforms import Orthogonal, Permutation, act_blocks
+
+#: How λ is drawn at each step (module docstring).
+LAMBDA_SAMPLING = ("uniform", "midpoint")
+
+
+@dataclass(frozen=True, eq=False)
+class LearnedAlignmentResult:
+    """What :func:`learned_alignment` returns.
+
+    ``alignment``: T₀ then R, to apply to B's canonical state; ``closed_form``: T₀;
+    ``learned_groups``: the groups R acts on; ``initial_loss``: the held-out midpoint loss at
+    the closed form; ``best_loss`` / ``best_step``: the kept map's (step 0: the closed form);
+    ``train_losses``: the sampled path point's training loss at every step; ``holdout``:
+    held-out examples; ``steps``; ``distance_from_closed_form``: per learned group, ‖R − I‖_F /
+    √(2n) of the kept R (0: the closed form unchanged).
+    """
+
+    alignment: Alignment
+    closed_form: Alignment
+    learned_groups: tuple[str, ...]
+    initial_loss: float
+    best_loss: float
+    best_step: int
+    train_losses: tuple[float, ...]
+    holdout: int
+    steps: int
+    distance_from_closed_form: dict[str, float]
+
+
+def learnable_groups(spec: SymmetrySpec, heads: bool = True) -> dict[str, int]:
+    """Group -> number of blocks R has there: the stream groups (1 block) and, with ``heads``,
+    the within-head groups (one block per head)."""
+    out = {g: 1 for g in default_orthogonal_groups(spec)}
+    if heads:
+        for g, (_, count) in spec.spec.heads.items():
+            if g in spec.kinds and spec.kinds[g] in ("orthogonal", "invertible"):
+                out[g] = int(count)
+    return out
+
+
+def _rotations(skews: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per group, the (blocks, d, d) orthogonal exp(S − Sᵀ)."""
+    return {g: torch.linalg.matrix_exp(s - s.transpose(1, 2)) for g, s in skews.items()}
+
+
+def _apply_rotations(
+    spec: SymmetrySpec,
+    state: Mapping[str, torch.Tensor],
+    rotations: Mapping[str, torch.Tensor],
+) -> dict[str, torch.Tensor]:
+    """``state`` with each group's orthogonal blocks applied to every axis segment it indexes
+    (differentiable; for an orthogonal map ``in`` and ``out`` axes transform alike)."""
+    pspec = spec.spec
+    out = dict(state)
+    for name in pspec.permuted_names:
+        if name not in state:
+            continue
+        x = state[name]
+        for axis, entry in enumerate(pspec[name]):
+            if entry is None or not any(seg.perm in rotations for seg in entry):
+                continue
+            pieces, offset = [], 0
+            for seg in entry:
+                piece = x.narrow(axis, offset, seg.extent)
+                if seg.perm in rotations:
+                    blocks = rotations[seg.perm].to(piece.dtype)
+                    piece = act_blocks(piece, blocks, axis, seg.repeat)
+                pieces.append(piece)
+                offset += seg.extent
+            x = torch.cat(pieces, dim=axis)
+        out[name] = x
+    return out
+
+
+def learned_alignment(
+    spec: SymmetrySpec,
+    model_a: nn.Module,
+    model_b: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int = 200,
+    lr: float = 1e-2,
+    batch_size: int = 64,
+    lambdas: str = "uniform",
+    heads: bool = True,
+    holdout: int | None = None,
+    eval_every: int | None = None,
+    max_iter: int = 20,
+    seed: int = 0,
+    quiet: bool = True,
+    task: Task | str = "next-token",
+) -> LearnedAlignmentResult:
+    """Learn orthogonal maps that lower the path's loss, from the closed form (module doc).
+
+    ``spec``: the :class:`SymmetrySpec` of the canonical ``model_a`` (both models canonical,
+    :mod:`lmc.perm.canonical`); ``inputs`` / ``labels``: training examples and targets in
+    ``task``'s layout; the last ``holdout`` (default ``min(1024, N // 5)``) judge the kept map,
+    the rest are drawn in batches of ``batch_size`` in an order fixed by ``seed`` (which also
+    seeds the λ draws and the closed form's visiting order). ``steps`` Adam steps at ``lr`` on
+    the skew parameters; ``eval_every`` (default ``max(1, steps // 10)``); ``max_iter``: the
+    closed form's rounds. ``model_a``'s training flags are restored.
+    """
+    if not isinstance(spec, SymmetrySpec):
+        raise LmcError("learned alignment needs a SymmetrySpec of the canonical model")
+    if labels is None:
+        raise LmcError("learned alignment needs labels: it minimises the path's loss")
+    if lambdas not in LAMBDA_SAMPLING:
+        raise LmcError(f"lambdas must be one of {', '.join(LAMBDA_SAMPLING)}, got {lambdas!r}")
+    if steps < 0 or batch_size < 1 or lr <= 0:
+        raise LmcError("learned alignment needs steps >= 0, batch_size >= 1 and lr > 0")
+    task = get_task(task)
+    n = int(inputs.shape[0])
+    if n < 2 or n != int(labels.shape[0]):
+        raise LmcError(f"learned alignment needs at least 2 examples with labels, got {n}")
+    holdout = max(1, min(int(min(1024, n // 5) if holdout is None else holdout), n - 1))
+    eval_every = max(1, steps // 10) if eval_every is None else max(1, int(eval_every))
+    device = module_device(model_a)
+    inputs, labels = inputs.to(device), labels.to(device)
+    x_train, y_train = inputs[: n - holdout], labels[: n - holdout]
+    x_hold, y_hold = inputs[n - holdout :], labels[n - holdout :]
+
+    state_a = {k: v.detach() for k, v in model_a.state_dict().items()}
+    state_b = {k: v.detach().to(device) for k, v in model_b.state_dict().items()}
+    closed = orthogonal_weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter)
+    b1 = closed.alignment.apply(spec, state_b)
+    owned = {name for name, _ in model_a.named_parameters()}
+    owned |= {name for name, _ in model_a.named_buffers()}
+    aliases = {k for k in state_a if k not in owned}  # tied second names (functional_call)
+    floating = {k for k, v in state_a.items() if v.is_floating_point()}
+
+    sizes = spec.group_sizes
+    groups = learnable_groups(spec, heads)
+    skews = {
+        g: torch.zeros(h, sizes[g] // h, sizes[g] // h, device=device, requires_grad=True)
+        for g, h in groups.items()
+    }
+    optimizer = torch.optim.Adam(list(skews.values()), lr=lr)
+    gen = torch.Generator().manual_seed(int(seed))
+
+    def point(lam: float | torch.Tensor, rotations) -> dict[str, torch.Tensor]:
+        b = _apply_rotations(spec, b1, rotations)
+        return {
+            k: (1 - lam) * v + lam * b[k] if k in floating else v
+            for k, v in state_a.items()
+            if k not in aliases
+        }
+
+    def holdout_loss(rotations) -> float:
+        with torch.no_grad():
+            return float(task.loss(functional_call(model_a, point(0.5, rotations), (x_hold,)),
+                                   y_hold))  # fmt: skip
+
+    def snapshot() -> dict[str, torch.Tensor]:
+        return _rotations({g: s.detach().double().cpu() for g, s in skews.items()})
+
+    train_losses: list[float] = []
+    with preserved_modes(model_a):
+        model_a.eval()
+        best = snapshot()
+        best_loss = initial_loss = holdout_loss(best)
+        best_step = 0
+        order = torch.empty(0, dtype=torch.long)
+        for step in progress(range(1, steps + 1), quiet=quiet, desc="learned alignment"):
+            if order.numel() < min(batch_size, x_train.shape[0]):
+                order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
+            idx, order = order[:batch_size].to(device), order[batch_size:]
+            lam = 0.5 if lambdas == "midpoint" else float(torch.rand((), generator=gen))
+            out = functional_call(model_a, point(lam, _rotations(skews)), (x_train[idx],))
+            loss = task.loss(out, y_train[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            train_losses.append(float(loss.detach()))
+            if step % eval_every == 0 or step == steps:
+                current = snapshot()
+                value = holdout_loss(current)
+                if value < best_loss:
+                    best, best_loss, best_step = current, value, step
+
+    learned = Alignment(
+        {
+            g: Orthogonal(torch.arange(best[g].shape[0]), best[g])
+            if g in best
+            else Permutation.identity(size)
+            for g, size in sizes.items()
+        }
+    )
+    distance = {
+        g: float(
+            torch.linalg.matrix_norm(r - torch.eye(r.shape[1], dtype=r.dtype))
+            .pow(2)
+            .sum()
+            .div(2 * sizes[g])
+            .sqrt()
+        )  # fmt: skip
+        for g, r in best.items()
+    }
+    return LearnedAlignmentResult(
+        alignment=closed.alignment.then(learned),
+        closed_form=closed.alignment,
+        learned_groups=tuple(groups),
+        initial_loss=initial_loss,
+        best_loss=best_loss,
+        best_step=best_step,
+        train_losses=tuple(train_losses),
+        holdout=holdout,
+        steps=steps,
+        distance_from_closed_form=distance,
+    )
+
+
+__all__ = ["LAMBDA_SAMPLING", "LearnedAlignmentResult", "learnable_groups", "learned_alignment"]
