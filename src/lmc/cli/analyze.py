@@ -237,6 +237,7 @@ def settings_from_args(args: argparse.Namespace):
         split=args.split,
         path=None,
         analysis=analysis,
+        widen=args.widen,
     )
 
 

@@ -157,7 +157,8 @@ def load_pair(args: argparse.Namespace, verb: str):
     check_same_data(run_a, run_b, verb)
     device = device_from(args)
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
-    check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
+    if not getattr(args, "widen", False):  # --widen: widths may differ (lmc.perm.widen)
+        check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
     data = dataset_for_config(run_a.config, args, device)
     return run_a, run_b, model_a, model_b, data
 
@@ -209,6 +210,13 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="seed of the alignment, its examples, BatchNorm-reset batches and random "
         "directions (default 0)",
+    )
+    parser.add_argument(
+        "--widen",
+        action="store_true",
+        help="the runs may differ in width (zoo gpt): the narrower is written exactly into "
+        "the wider one's architecture (its stream, heads and MLP padded) and the pair is "
+        "measured in the canonical form; use with --align orthogonal or learned",
     )
     add_method_options(parser)
 
@@ -417,7 +425,8 @@ def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
     device = device_from(args)
     model_a = load_weights(make(), args.run_a, source=source)
     model_b = load_weights(make(), args.run_b, source=source)
-    check_same_architecture(model_a, model_b, names=("A", "B"))
+    if not getattr(args, "widen", False):
+        check_same_architecture(model_a, model_b, names=("A", "B"))
     model_a, model_b = model_a.to(device).eval(), model_b.to(device).eval()
     data = load_user_dataset(args.data, args, device, model_a)
     check_data_fits(model_a, data, source)

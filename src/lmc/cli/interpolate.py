@@ -164,6 +164,7 @@ def settings_from_args(args: argparse.Namespace):
         path=path,
         baseline=args.baseline,
         stitch=args.stitch,
+        widen=args.widen,
     )
 
 

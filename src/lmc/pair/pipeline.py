@@ -105,6 +105,12 @@ def run_pair(
     (:func:`lmc.analysis.retention.initial_state` rebuilds them from a run's config).
     """
     settings = settings or PairSettings()
+    if settings.widen:
+        from lmc.perm.widen import widen_pair
+
+        if init_states is not None:
+            init_states = _widened_init(init_states, model_a, model_b)
+        model_a, model_b = widen_pair(model_a, model_b)
     check_same_architecture(model_a, model_b)
     x, y = data.split(settings.split)
     if settings.max_examples is not None:
@@ -112,9 +118,9 @@ def run_pair(
     result = PairResult(settings)
     aligned = align_pair(model_a, model_b, data, settings, quiet=quiet)
     state_b = None
-    if aligned is not None and aligned.models is not None:
+    if aligned is not None and aligned.models is not None and aligned.models[0] is not model_a:
         # the method aligned the canonical forms: the pair is measured between them (the same
-        # functions; docs/science.md), B's initial state canonicalised as B was
+        # functions; docs/science.md), the initial states canonicalised as the models were
         init_states = _canonical_init(init_states, model_a, model_b)
         model_a, model_b = aligned.models
     if aligned is not None:
@@ -149,6 +155,18 @@ def run_pair(
     if settings.stitch:
         result.stitch_errors = _stitching_errors(model_a, model_b, state_b, x, y, data.task)
     return result
+
+
+def _widened_init(init_states, model_a, model_b):
+    """``(A_0, B_0)`` written into the widened pair's architecture, as the models are."""
+    from lmc.perm.widen import widen_pair
+
+    models = []
+    for model, state in zip((model_a, model_b), init_states):
+        model = copy.deepcopy(model)
+        model.load_state_dict(state)
+        models.append(model)
+    return tuple(m.state_dict() for m in widen_pair(*models))
 
 
 def _canonical_init(init_states, model_a, model_b):

@@ -65,6 +65,9 @@ class PairSettings:
     ``path`` / ``analysis``: ``None`` skips that part. ``stitch``: also measure the error of
     the model that runs A's first l layers and (aligned) B's others, for l = 0..L
     (:func:`lmc.analysis.stitching_errors`, LLFC App. B.4), on the same examples as the path.
+    ``widen``: the two models may differ in width (zoo ``gpt``): the narrower is embedded
+    exactly into the wider one's architecture (:func:`lmc.perm.widen.embed_gpt`) and the pair
+    is measured in the canonical form (issue 30: merging a narrow model into a wide one).
     """
 
     align: str = "none"
@@ -77,6 +80,7 @@ class PairSettings:
     baseline: str = "none"
     analysis: AnalysisOptions | None = None
     stitch: bool = False
+    widen: bool = False
 
     def __post_init__(self) -> None:
         get_method(self.align).resolve(self.align_options)  # the method and its settings
@@ -92,4 +96,6 @@ class PairSettings:
             raise LmcError("a path baseline needs the path evaluated")
         if not isinstance(self.stitch, bool):
             raise LmcError(f"stitch must be true or false, got {self.stitch!r}")
+        if not isinstance(self.widen, bool):
+            raise LmcError(f"widen must be true or false, got {self.widen!r}")
         object.__setattr__(self, "align_options", dict(self.align_options))

@@ -1,0 +1,90 @@
+"""A narrow zoo GPT written exactly into a wider architecture (issue 30 item 4): the embedded
+model computes the narrow model's function, for wider streams, heads, head dims and MLPs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmc.config import LmcError
+from lmc.models import build
+from lmc.perm import align
+from lmc.perm.canonical import is_canonical
+from lmc.perm.widen import embed_gpt
+
+
+def _gpt(width, heads, seed=0, **options):
+    options = {"vocab": 13, "context": 7, "depth": 2, **options}
+    return build("gpt", seed=seed, width=width, heads=heads, **options).double().eval()
+
+
+@pytest.mark.parametrize(
+    ("width", "heads"), [(16, 2), (16, 4), (32, 4), (8, 2)], ids=["dims", "heads", "both", "same"]
+)
+def test_the_embedded_model_computes_the_narrow_function(width, heads):
+    narrow, wide = _gpt(8, 2), _gpt(width, heads, seed=1)
+    x = torch.randint(0, 13, (3, 7), generator=torch.Generator().manual_seed(0))
+    embedded = embed_gpt(narrow, wide)
+    assert is_canonical(embedded)
+    assert {k: v.shape for k, v in embedded.state_dict().items()} == {
+        k: v.shape for k, v in embed_gpt(wide, wide).state_dict().items()
+    }
+    with torch.no_grad():
+        assert torch.allclose(embedded(x), narrow(x), atol=1e-10)
+        assert not torch.allclose(embedded(x), wide(x), atol=1e-3)
+
+
+def test_an_untied_head_without_bias_and_relu_are_embedded_too():
+    options = {"tied": False, "bias": False, "activation": "relu"}
+    narrow, wide = _gpt(8, 2, **options), _gpt(16, 2, seed=1, **options)
+    x = torch.randint(0, 13, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(embed_gpt(narrow, wide)(x), narrow(x), atol=1e-10)
+
+
+def test_models_that_do_not_fit_are_refused():
+    with pytest.raises(LmcError, match="give the narrower model first"):
+        embed_gpt(_gpt(16, 2), _gpt(8, 2))
+    with pytest.raises(LmcError, match="depth differ"):
+        embed_gpt(_gpt(8, 2), _gpt(16, 2, depth=1))
+    with pytest.raises(LmcError, match="not a zoo gpt"):
+        embed_gpt(torch.nn.Linear(2, 2), _gpt(8, 2))
+
+
+def test_a_rotated_embedded_model_is_recovered_by_orthogonal_matching():
+    """A width-8 model embedded into width 16, then rotated at random: the orthogonal method
+    maps it back onto the embedded copy (B matches A)."""
+    from lmc.perm import Alignment, Orthogonal, random_alignment
+    from lmc.perm.symmetry import symmetry_spec
+
+    narrow, wide = _gpt(8, 2), _gpt(16, 2, seed=1)
+    a = embed_gpt(narrow, wide)
+    x = torch.randint(0, 13, (2, 7))
+    spec = symmetry_spec(a, x)
+    known = dict(random_alignment(spec, 5, "permutation"))
+    known["tok"] = Orthogonal.random(16, 6)
+    b = embed_gpt(narrow, wide)
+    b.load_state_dict(Alignment(known).apply(spec, a.state_dict()))
+    result = align("orthogonal", a, b, inputs=x)
+    for name, want in a.state_dict().items():
+        assert torch.allclose(result.state_dict[name], want, atol=1e-6), name
+
+
+def test_run_pair_widens_and_measures_the_narrow_and_the_wide_model_at_the_ends():
+    from lmc.data.text import build_text_dataset
+    from lmc.pair import PairSettings, PathSettings, run_pair
+
+    data = build_text_dataset("t", "a stitch in time saves nine. " * 50, context=7)
+    narrow = build("gpt", seed=0, vocab=data.vocab_size, context=7, width=8, heads=2)
+    wide = build("gpt", seed=1, vocab=data.vocab_size, context=7, width=16, heads=2)
+    x, y = data.split("test")
+    with torch.no_grad():
+        losses = [float(torch.nn.functional.cross_entropy(m.eval()(x).flatten(0, 1), y.flatten()))
+                  for m in (narrow, wide)]  # fmt: skip
+    path = PathSettings(lambdas=3, calibrate=False)
+    for a, b, want in ((narrow, wide, losses), (wide, narrow, losses[::-1])):
+        result = run_pair(a, b, data, PairSettings(align="orthogonal", path=path, widen=True))
+        assert result.path.loss[0] == pytest.approx(want[0], rel=1e-5)
+        assert result.path.loss[-1] == pytest.approx(want[1], rel=1e-5)
+    with pytest.raises(LmcError, match="architecture|width|differ"):
+        run_pair(narrow, wide, data, PairSettings(path=path))  # without widen: refused
