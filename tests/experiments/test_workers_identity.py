@@ -17,13 +17,24 @@ STUDY = {
 def test_one_and_two_workers_give_identical_results(tmp_path):
     study = resolve(STUDY)
     for workers in (1, 2):
+        executor = LocalExecutor(workers)
+        pools = []
+        original = executor._new_pool
+
+        def counted(size, original=original, pools=pools):
+            pools.append(size)
+            return original(size)
+
+        executor._new_pool = counted
         run_study(
             study,
             tmp_path / f"out{workers}",
-            executor=LocalExecutor(workers),
+            executor=executor,
             runs_dir=tmp_path / f"runs{workers}",
             quiet=True,
         )
+        # the training and merge phases share one pool, closed when the study ends
+        assert pools == ([2] if workers == 2 else []) and executor._pool is None
     for name in ("results.csv", "layers.csv", "table1.csv"):
         one = (tmp_path / "out1" / name).read_text()
         two = (tmp_path / "out2" / name).read_text()
@@ -41,3 +52,18 @@ def test_worker_and_thread_counts_are_validated():
             make_executor("local", workers=bad)
         with pytest.raises(LmcError, match="threads"):
             make_executor("local", workers=1, threads=bad)
+
+
+def test_sessions_nest_and_only_the_outermost_closes():
+    closed = []
+
+    class Probe(LocalExecutor):
+        def _close(self):
+            closed.append(self._depth)
+
+    executor = Probe(1)
+    with executor.session():
+        with executor.session():
+            pass
+        assert closed == []
+    assert closed == [0]

@@ -91,17 +91,57 @@ def _check_threads(threads: int | None) -> int:
     return check_threads(threads)
 
 
-class LocalExecutor:
+class _Sessions:
+    """What both executors share: :meth:`session`, during which the expensive start-up (a
+    process pool, a Ray instance) is kept across :meth:`map` calls, and closed at its end.
+    Sessions nest (a study with variants); only the outermost one closes. Outside a session
+    each ``map`` starts and stops its own."""
+
+    _depth = 0
+
+    @contextmanager
+    def session(self):
+        self._depth += 1
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._close()
+
+    def _close(self) -> None:  # pragma: no cover - overridden
+        pass
+
+
+class LocalExecutor(_Sessions):
     """Runs jobs in this process (``workers=1``) or in a pool of ``workers`` processes, each
     job with ``threads`` PyTorch threads (default 1, so results do not depend on ``workers``).
     Pool workers exit within about ``ORPHAN_POLL_S`` seconds if this process dies (even by
-    SIGKILL), rather than being left blocked."""
+    SIGKILL), rather than being left blocked. Within a :meth:`session` one pool serves every
+    ``map`` (a study's training and merge phases start their workers once)."""
 
     name = "local"
 
     def __init__(self, workers: int | None = None, threads: int | None = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.threads = _check_threads(threads)
+        self._pool = None
+
+    def _new_pool(self, size: int):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(
+            max_workers=size,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_pool_worker_init,
+            initargs=(self.threads, os.getpid()),
+        )
+
+    def _close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def map(self, jobs: list[dict], ctx: Context) -> Iterator[Outcome]:
         """Yield ``(job, summary, error)`` as jobs finish (any order)."""
@@ -114,36 +154,39 @@ class LocalExecutor:
                 except Exception as exc:  # reported by the runner
                     yield job, None, exc
             return
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import as_completed
 
-        threads = self.threads
-        pool = ProcessPoolExecutor(
-            max_workers=min(self.workers, len(jobs)),
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_pool_worker_init,
-            initargs=(threads, os.getpid()),
-        )
-        with pool:
-            futures = {pool.submit(run_job, job, ctx): job for job in jobs}
-            try:
-                for future in as_completed(futures):
-                    job = futures[future]
-                    try:
-                        yield job, future.result(), None
-                    except Exception as exc:
-                        yield job, None, exc
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
+        if self._depth > 0:  # in a session: one pool for every map
+            if self._pool is None:
+                self._pool = self._new_pool(self.workers)
+            pool = self._pool
+        else:
+            pool = self._new_pool(min(self.workers, len(jobs)))
+        futures = {pool.submit(run_job, job, ctx): job for job in jobs}
+        try:
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    yield job, future.result(), None
+                except Exception as exc:
+                    yield job, None, exc
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            if pool is self._pool:  # a broken or interrupted pool is not reused
+                self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        if pool is not self._pool:
+            pool.shutdown(wait=True)
 
 
-class RayExecutor:
+class RayExecutor(_Sessions):
     """Runs each job as a Ray task (one CPU, or ``num_gpus`` GPUs, each).
 
     ``address`` is an existing cluster's address (``auto`` or ``ray://host:port``); without it a
-    local Ray instance is started (and stopped afterwards).
+    local Ray instance is started (and stopped afterwards: at the end of the :meth:`session`,
+    so a study's phases share one instance, or of the ``map`` outside one).
     """
 
     name = "ray"
@@ -166,17 +209,23 @@ class RayExecutor:
         self.num_gpus = num_gpus
         self.num_cpus = num_cpus
         self.threads = _check_threads(threads)
+        self._started = False  # this executor started the running Ray instance
+
+    def _close(self) -> None:
+        if self._started:
+            self.ray.shutdown()
+            self._started = False
 
     def map(self, jobs: list[dict], ctx: Context) -> Iterator[Outcome]:
         ray = self.ray
-        started_here = not ray.is_initialized()
-        if started_here:
+        if not ray.is_initialized():
             kwargs = (
                 {"address": self.address}
                 if self.address
                 else {"num_cpus": self.num_cpus or os.cpu_count(), "include_dashboard": False}
             )
             ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
+            self._started = True
         try:
             task = ray.remote(num_cpus=self.threads, num_gpus=self.num_gpus)(_run_with_threads)
             pending = {task.remote(job, ctx, self.threads): job for job in jobs}
@@ -188,8 +237,8 @@ class RayExecutor:
                 except Exception as exc:
                     yield job, None, exc
         finally:
-            if started_here:
-                ray.shutdown()
+            if self._depth == 0:
+                self._close()
 
 
 def make_executor(

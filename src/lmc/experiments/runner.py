@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,13 @@ def run_study(
     """
     out = Path(out_dir)
     options = replace(options or RunOptions(), out_dir=str(out), **settings)
-    if "variants" in study:
-        return _run_variants(study, options)
-    kind = get_kind(experiment_of(study))
-    with made_folder(out, keep=holds_finished_jobs):
-        return kind.run(study, options)
+    session = getattr(options.executor, "session", None)  # workers start once per study
+    with session() if session is not None else nullcontext():
+        if "variants" in study:
+            return _run_variants(study, options)
+        kind = get_kind(experiment_of(study))
+        with made_folder(out, keep=holds_finished_jobs):
+            return kind.run(study, options)
 
 
 def _run_variants(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
