@@ -24,7 +24,7 @@ from lmc.data import ALL_DATASETS, load
 from lmc.data.dataset import SPLITS
 from lmc.data.synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 from lmc.experiments import study as study_module
-from lmc.experiments.jobs import expand
+from lmc.experiments.jobs import CONTROLS, expand
 from lmc.experiments.study import (
     BN_MODES,
     METHODS,
@@ -58,7 +58,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("data", "dataset"): tuple(ALL_DATASETS),
     ("data", "split"): tuple(SPLITS),
     ("model", "name"): tuple(MODELS),
-    ("merge", "methods"): tuple(METHODS),
+    ("merge", "methods"): (*METHODS, *CONTROLS),
     ("merge", "bn"): tuple(BN_MODES),
     ("merge", "calibration"): tuple(CALIBRATIONS),
     ("merge", "weight_init"): tuple(WEIGHT_INITS),

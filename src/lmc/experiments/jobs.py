@@ -232,14 +232,26 @@ def _align_options(merge: dict[str, Any], method: str) -> dict[str, Any]:
     }
 
 
+#: ``[merge] methods`` entries that are controls, not alignments: ``random-direction`` replaces
+#: the path A → B by A → A + ‖B − A‖u for a random unit direction u seeded by ``align_seed``
+#: (the width paper's flatness control; ``lmc interpolate --baseline random-direction``). Its
+#: rows in ``results.csv`` are that path's; it has no layerwise analysis.
+CONTROLS = ("random-direction",)
+
+
 def pair_settings(job: dict[str, Any]):
     """The :class:`lmc.pair.PairSettings` of a merge job: exactly what ``lmc interpolate`` /
-    ``lmc analyze`` build from the same settings given as flags."""
+    ``lmc analyze`` build from the same settings given as flags (a control, :data:`CONTROLS`:
+    ``--baseline`` with no alignment)."""
     from lmc.pair import AnalysisOptions, PairSettings, PathSettings
 
     merge, analysis, method = job["merge"], job["analysis"], job["method"]
+    control = method in CONTROLS
+    if control:
+        method = "none"
     return PairSettings(
         align=method,
+        baseline=job["method"] if control else "none",
         align_examples=merge["align_examples"],
         align_options=_align_options(merge, method),
         seed=merge["align_seed"],
@@ -257,7 +269,7 @@ def pair_settings(job: dict[str, Any]):
         analysis=AnalysisOptions(
             lambdas=analysis["lambdas"], max_examples=analysis["max_examples"], bn=merge["bn"]
         )
-        if analysis["enabled"]
+        if analysis["enabled"] and not control
         else None,
         stitch=bool(job.get("stitch", {}).get("enabled", False)),
     )
@@ -283,6 +295,7 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
     out = ctx.pairs_dir() / job["id"]
     meta = {"run_a": str(run_a.path), "run_b": str(run_b.path), "labels": job["labels"]}
     write_pair(pair, out, summary(pair, {**meta, "out": str(out)}), figures=False)
+    path = pair.baseline if job["method"] in CONTROLS else pair.path  # a control's own path
     result: dict[str, Any] = {
         "labels": job["labels"],
         "runs": {"a": run_a.name, "b": run_b.name},
@@ -298,8 +311,8 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
             run_a.metrics.get("decay_budget"),
             run_b.metrics.get("decay_budget"),
         ],
-        "path": pair.path.to_dict(),
-        "barriers": pair.path.barriers(),
+        "path": path.to_dict(),
+        "barriers": path.barriers(),
         "align": pair.alignment,
     }
     if pair.stitch_errors is not None:

@@ -29,7 +29,8 @@ resolved study (defaults filled in) is what gets recorded beside the results.
     epochs = 30
 
     [merge]
-    methods = ["none", "weight"]     # none, weight, activation, ste, random
+    methods = ["none", "weight"]     # none, weight, activation, ste, random, onepass, ...,
+                                     # or the control random-direction
     lambdas = 11                     # number of grid points, or a list
     calibrate = true
     calibration = "auto"             # split: beta on a random 20%, scored on the other 80%;
@@ -225,12 +226,14 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
         raise LmcError(f"'sweep.spawn_epoch'{where} exceeds the {epochs} training epochs")
     from lmc.perm.methods import method_names, study_keys
 
+    from .jobs import CONTROLS
+
     merge = study["merge"]
     for method in merge["methods"]:
-        if method not in method_names():
+        if method not in method_names() and method not in CONTROLS:
             raise LmcError(
                 f"unknown merge method {method!r} in 'merge.methods'{where}: "
-                f"choose from {', '.join(method_names())}"
+                f"choose from {', '.join((*method_names(), *CONTROLS))}"
             )
     if not merge["methods"]:
         raise LmcError(f"'merge.methods'{where} is empty")
