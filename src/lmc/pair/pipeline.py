@@ -157,16 +157,22 @@ def run_pair(
     return result
 
 
+def _with_states(models, states) -> list[nn.Module]:
+    """Copies of ``models`` holding ``states`` (the runs' initial states, say)."""
+    out = []
+    for model, state in zip(models, states):
+        model = copy.deepcopy(model)
+        model.load_state_dict(state)
+        out.append(model)
+    return out
+
+
 def _widened_init(init_states, model_a, model_b):
     """``(A_0, B_0)`` written into the widened pair's architecture, as the models are."""
     from lmc.perm.widen import widen_pair
 
-    models = []
-    for model, state in zip((model_a, model_b), init_states):
-        model = copy.deepcopy(model)
-        model.load_state_dict(state)
-        models.append(model)
-    return tuple(m.state_dict() for m in widen_pair(*models))
+    widened = widen_pair(*_with_states((model_a, model_b), init_states))
+    return tuple(m.state_dict() for m in widened)
 
 
 def _canonical_init(init_states, model_a, model_b):
@@ -175,12 +181,7 @@ def _canonical_init(init_states, model_a, model_b):
         return None
     from lmc.perm.canonical import canonical_state
 
-    out = []
-    for model, state in zip((model_a, model_b), init_states):
-        model = copy.deepcopy(model)
-        model.load_state_dict(state)
-        out.append(canonical_state(model))
-    return tuple(out)
+    return tuple(canonical_state(m) for m in _with_states((model_a, model_b), init_states))
 
 
 def _aligned_init(init_states, aligned):

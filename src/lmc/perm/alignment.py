@@ -126,6 +126,9 @@ def align(
     start = time.perf_counter()
     if spec is None:
         spec = spec_from_model(model_a, inputs[:2].to(device))
+    symmetry = None  # a canonical method works with axis roles: traced once, used twice
+    if record.canonical:
+        symmetry = symmetry_spec(model_a, inputs[:2].to(device), spec=spec)
     job = AlignJob(
         spec=spec,
         model_a=model_a,
@@ -137,15 +140,15 @@ def align(
         seed=seed,
         quiet=quiet,
         task=task,
+        symmetry=symmetry,
     )
     output = record.function(job, **options)
     alignment = output.alignment
     if not isinstance(alignment, Alignment):
         alignment = Alignment.from_permutation(alignment)
     kinds = alignment.kinds
-    symmetry = None
-    if any(kind != "permutation" for kind in kinds.values()):  # axis roles are needed
-        symmetry = symmetry_spec(model_a, inputs[:2].to(device), spec=spec)
+    if symmetry is None and any(kind != "permutation" for kind in kinds.values()):
+        symmetry = symmetry_spec(model_a, inputs[:2].to(device), spec=spec)  # axis roles
     seconds = time.perf_counter() - start
     state = alignment.apply(symmetry or spec, state_b)
     perms = {g: t.perm for g, t in alignment.items() if kinds[g] == "permutation"}

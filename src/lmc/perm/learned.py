@@ -39,6 +39,7 @@ from lmc.models import module_device, preserved_modes
 
 from .alignment_map import Alignment
 from .orthogonal_match import default_orthogonal_groups, orthogonal_weight_matching
+from .ste import aliased_names, holdout_split
 from .symmetry import SymmetrySpec
 from .transforms import Orthogonal, Permutation, act_blocks
 
@@ -156,20 +157,16 @@ def learned_alignment(
     n = int(inputs.shape[0])
     if n < 2 or n != int(labels.shape[0]):
         raise LmcError(f"learned alignment needs at least 2 examples with labels, got {n}")
-    holdout = max(1, min(int(min(1024, n // 5) if holdout is None else holdout), n - 1))
     eval_every = max(1, steps // 10) if eval_every is None else max(1, int(eval_every))
     device = module_device(model_a)
-    inputs, labels = inputs.to(device), labels.to(device)
-    x_train, y_train = inputs[: n - holdout], labels[: n - holdout]
-    x_hold, y_hold = inputs[n - holdout :], labels[n - holdout :]
+    (x_train, y_train), (x_hold, y_hold) = holdout_split(inputs, labels, holdout, device)
+    holdout = len(x_hold)
 
     state_a = {k: v.detach() for k, v in model_a.state_dict().items()}
     state_b = {k: v.detach().to(device) for k, v in model_b.state_dict().items()}
     closed = orthogonal_weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter)
     b1 = closed.alignment.apply(spec, state_b)
-    owned = {name for name, _ in model_a.named_parameters()}
-    owned |= {name for name, _ in model_a.named_buffers()}
-    aliases = {k for k in state_a if k not in owned}  # tied second names (functional_call)
+    aliases = aliased_names(model_a)  # tied second names (functional_call)
     floating = {k for k, v in state_a.items() if v.is_floating_point()}
 
     sizes = spec.group_sizes

@@ -141,8 +141,9 @@ class AlignJob:
     """What a method's function reads: the two models and their states (never modified),
     the symmetry ``spec`` traced from A, the training ``inputs`` (all that were given; only the
     methods that read data get more than two rows) and their ``labels`` (``None`` unless the
-    method needs labels and they were given), ``seed``, ``quiet`` and the ``task``
-    (:mod:`lmc.data.tasks`) the labels belong to."""
+    method needs labels and they were given), ``seed``, ``quiet``, the ``task``
+    (:mod:`lmc.data.tasks`) the labels belong to, and for a ``canonical`` method ``symmetry``:
+    the axis roles of A's spec (a :class:`~lmc.perm.symmetry.SymmetrySpec`; else ``None``)."""
 
     spec: PermutationSpec
     model_a: nn.Module
@@ -154,6 +155,7 @@ class AlignJob:
     seed: int
     quiet: bool
     task: Any = "classification"
+    symmetry: Any = None
 
 
 @dataclass
@@ -359,12 +361,9 @@ def _random(job: AlignJob) -> MethodOutput:
 
 def _orthogonal(job: AlignJob, *, max_iter: int, tol: float) -> MethodOutput:
     from .orthogonal_match import distance_from_permutation, orthogonal_weight_matching
-    from .symmetry import symmetry_spec
 
-    device = next(iter(job.state_a.values())).device
-    symmetry = symmetry_spec(job.model_a, job.inputs[:2].to(device), spec=job.spec)
     om = orthogonal_weight_matching(
-        symmetry, job.state_a, job.state_b, seed=job.seed, max_iter=max_iter, tol=tol
+        job.symmetry, job.state_a, job.state_b, seed=job.seed, max_iter=max_iter, tol=tol
     )
     extras = {
         "orthogonal_groups": list(om.orthogonal_groups),
@@ -381,12 +380,9 @@ def _orthogonal(job: AlignJob, *, max_iter: int, tol: float) -> MethodOutput:
 def _learned(job: AlignJob, **settings: Any) -> MethodOutput:
     from .learned import learned_alignment
     from .orthogonal_match import distance_from_permutation
-    from .symmetry import symmetry_spec
 
-    device = next(iter(job.state_a.values())).device
-    symmetry = symmetry_spec(job.model_a, job.inputs[:2].to(device), spec=job.spec)
     result = learned_alignment(
-        symmetry, job.model_a, job.model_b, job.inputs, job.labels, seed=job.seed,
+        job.symmetry, job.model_a, job.model_b, job.inputs, job.labels, seed=job.seed,
         quiet=job.quiet, task=job.task, **settings,
     )  # fmt: skip
     extras = {

@@ -75,9 +75,7 @@ def distance_from_permutation(transform: Transform) -> float:
     ``sqrt(1 − tr(PᵀQ) / n)``: about 1 for a Haar-random rotation, at most ``sqrt(2)``."""
     from scipy.optimize import linear_sum_assignment
 
-    q = transform.matrix() if hasattr(transform, "matrix") else None
-    if q is None:  # a permutation
-        return 0.0
+    q = transform.matrix()
     rows, cols = linear_sum_assignment(q.numpy(), maximize=True)
     n = q.shape[0]
     trace = float(q[rows, cols].sum())

@@ -69,6 +69,31 @@ def _key(perm: Perm) -> str:
     return h.hexdigest()
 
 
+def holdout_split(
+    inputs: torch.Tensor, labels: torch.Tensor, holdout: int | None, device: torch.device
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``((x_train, y_train), (x_hold, y_hold))`` on ``device``: the last ``holdout`` of the N
+    (at least 2) examples held out (default ``min(1024, N // 5)``, kept within [1, N − 1]),
+    the rest for training steps. Shared by STE and learned alignment."""
+    n = int(inputs.shape[0])
+    holdout = min(1024, n // 5) if holdout is None else holdout
+    holdout = max(1, min(int(holdout), n - 1))
+    inputs, labels = inputs.to(device), labels.to(device)
+    return (inputs[: n - holdout], labels[: n - holdout]), (
+        inputs[n - holdout :],
+        labels[n - holdout :],
+    )
+
+
+def aliased_names(model: nn.Module) -> set[str]:
+    """The second names of shared tensors in ``model``'s state dict (a tied head:
+    ``head.weight`` is ``tok.weight``): left out of a state given to ``functional_call``,
+    which ties them to the first name, gradient included."""
+    owned = {name for name, _ in model.named_parameters()}
+    owned |= {name for name, _ in model.named_buffers()}
+    return {k for k in model.state_dict() if k not in owned}
+
+
 def _has_batchnorm(model: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
@@ -109,24 +134,17 @@ def ste_matching(
         raise LmcError(f"{n} inputs but {labels.shape[0]} labels")
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise LmcError("STE needs steps >= 0, batch_size >= 1 and lr > 0")
-    if holdout is None:
-        holdout = min(1024, n // 5)
     if n < 2:
         raise LmcError("STE matching needs at least two examples")
-    holdout = max(1, min(int(holdout), n - 1))
     device = module_device(model_a)
-    inputs, labels = inputs.to(device), labels.to(device)
-    x_train, y_train = inputs[: n - holdout], labels[: n - holdout]
-    x_hold, y_hold = inputs[n - holdout :], labels[n - holdout :]
+    (x_train, y_train), (x_hold, y_hold) = holdout_split(inputs, labels, holdout, device)
+    holdout = len(x_hold)
 
     state_a = {k: v.detach() for k, v in model_a.state_dict().items()}
     state_b = {k: v.detach().to(device) for k, v in model_b.state_dict().items()}
     param_names = [name for name, _ in model_a.named_parameters()]
     floating = [k for k, v in state_a.items() if v.is_floating_point()]
-    # the second names of shared tensors (a tied head: ``head.weight`` is ``tok.weight``) are
-    # left out of the midpoint: functional_call ties them to the first name, gradient included
-    owned = set(param_names) | {name for name, _ in model_a.named_buffers()}
-    aliases = {k for k in state_a if k not in owned}
+    aliases = aliased_names(model_a)
     tilde = {k: state_a[k].clone().requires_grad_(True) for k in param_names}
     optimizer = torch.optim.Adam(list(tilde.values()), lr=lr)
     gen = torch.Generator().manual_seed(int(seed))
