@@ -57,7 +57,9 @@ def train_configs(
     """The configs of pair ``pair``'s two models at ``width`` and ``weight_decay``.
 
     Independent training (``spawn_epoch`` 0): A uses seed + 2p for init and data order, B uses
-    seed + 2p + 1. Spawning (K > 0): a parent with seed + p is trained K epochs, then A and B
+    seed + 2p + 1, at ``width`` times ``sweep.width_ratio`` (default 1; B at the ratio is the
+    run B of the same pair in a study of that width, so the two share it). Spawning (K > 0):
+    a parent with seed + p is trained K epochs, then A and B
     continue with data seeds 1000 + seed + 2p and 1000 + seed + 2p + 1.
     """
     sweep = study["sweep"]
@@ -65,11 +67,11 @@ def train_configs(
     dataset, options = study["data"]["dataset"], study["data"]["options"]
     model = study["model"]["name"]
 
-    def config(seed: int) -> dict:
+    def config(seed: int, model_width: float = width) -> dict:
         return make_config(
             dataset,
             model,
-            model_options(study, width),
+            model_options(study, model_width),
             options,
             data=data,
             init_seed=seed,
@@ -79,7 +81,8 @@ def train_configs(
 
     base = sweep["seed"]
     if sweep["spawn_epoch"] == 0:
-        return config(base + 2 * pair), config(base + 2 * pair + 1)
+        ratio = sweep.get("width_ratio", 1)
+        return config(base + 2 * pair), config(base + 2 * pair + 1, width * ratio)
     parent = config(base + pair)
     k = sweep["spawn_epoch"]
     return (
@@ -98,6 +101,9 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
             for pair in range(sweep["pairs"]):
                 config_a, config_b = train_configs(study, data, width, weight_decay, pair)
                 labels = {"width": width, "weight_decay": weight_decay, "pair": pair}
+                ratio = sweep.get("width_ratio", 1)
+                if ratio != 1:  # absent at 1: earlier job ids hold
+                    labels["width_b"] = width * ratio
                 for side, config in (("A", config_a), ("B", config_b)):
                     key = config_hash(config)
                     train_jobs.setdefault(
@@ -120,6 +126,8 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
                         "analysis": study["analysis"],
                         "labels": {**labels, "method": method},
                     }
+                    if ratio != 1:  # the narrow model embedded into the wide one's shape
+                        job["widen"] = True
                     if study.get("stitch", {}).get("enabled"):  # absent: earlier job ids hold
                         job["stitch"] = study["stitch"]
                     job["id"] = f"merge-{config_hash(job)}"
@@ -272,6 +280,7 @@ def pair_settings(job: dict[str, Any]):
         if analysis["enabled"] and not control
         else None,
         stitch=bool(job.get("stitch", {}).get("enabled", False)),
+        widen=bool(job.get("widen", False)),
     )
 
 

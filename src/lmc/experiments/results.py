@@ -63,6 +63,15 @@ RESULT_COLUMNS = [
 LAYER_ID_COLUMNS = [*KEY_COLUMNS, "lam", "layer", "name", "kind"]
 
 
+def _keys(labels: dict[str, Any]) -> dict[str, Any]:
+    """A merge job's key columns, and ``width_b`` (B's width) where the pair's widths differ
+    (``sweep.width_ratio``; ``width`` is then A's)."""
+    keys = {k: labels[k] for k in KEY_COLUMNS}
+    if "width_b" in labels:
+        keys["width_b"] = labels["width_b"]
+    return keys
+
+
 def _number(value: Any) -> Any:
     if value is None:
         return ""
@@ -130,7 +139,7 @@ def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, A
         row = {
             "dataset": study["data"]["dataset"],
             "model": study["model"]["name"],
-            **{k: labels[k] for k in KEY_COLUMNS},
+            **_keys(labels),
             "lam": lam,
             "split": study["data"]["split"],
             "bn": path["bn"],
@@ -155,9 +164,7 @@ def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, A
 
 def layer_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     labels = result["labels"]
-    return [
-        {**{k: labels[k] for k in KEY_COLUMNS}, **record} for record in result.get("layers", [])
-    ]
+    return [{**_keys(labels), **record} for record in result.get("layers", [])]
 
 
 #: Results files a study writes only when its settings ask for them (a re-run that does not
@@ -174,7 +181,7 @@ def stitch_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     labels, total = result["labels"], len(errors) - 1
     return [
         {
-            **{k: labels[k] for k in KEY_COLUMNS},
+            **_keys(labels),
             "layer": layer,
             "layers": total,
             "error": error,

@@ -186,6 +186,9 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             base, _, which = column.rpartition("_")
             mean, std, n = mean_std(per.get(base, []))
             row[column] = {"mean": mean, "std": std, "ci95": ci95_half_width(std, n)}[which]
+        width_b = number(next(iter(by_pair.values()))[0].get("width_b"))
+        if math.isfinite(width_b):  # a study across widths (sweep.width_ratio): B's width
+            row["width_b"] = int_if_whole(width_b)
         out.append(row)
     out.sort(key=lambda r: (-r["weight_decay"], method_sort_key(r["method"]), r["width"]))
     return out

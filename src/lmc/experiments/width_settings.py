@@ -24,6 +24,9 @@ resolved study (defaults filled in) is what gets recorded beside the results.
     spawn_epoch = 0                  # 0: independent training; K > 0: spawn A and B from one
                                      # run after K epochs (Frankle et al.)
     seed = 0                         # pair p trains A with seed + 2p, B with seed + 2p + 1
+    width_ratio = 1                  # B's width over A's: above 1, a narrow model merged into
+                                     # a wide one (zoo gpt; lmc.perm.widen; A's width is the
+                                     # table's "width", B's is "width_b")
 
     [train]                          # lmc.train.TrainSettings except seeds and weight decay
     epochs = 30
@@ -99,6 +102,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "pairs": ((int,), 2),
         "spawn_epoch": ((int,), 0),
         "seed": ((int,), 0),
+        "width_ratio": ((int, float), 1),
     },
     "merge": {
         "methods": ((list,), ["none", "weight"]),
@@ -221,6 +225,7 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
             f"{len(sweep['widths'])} widths x {len(sweep['weight_decays'])} weight decays x 2); "
             f"the limit is {MAX_TRAINING_RUNS:,}: split the study into smaller ones"
         )
+    _check_width_ratio(study, where)
     epochs = study["train"].get("epochs", TrainSettings().epochs)
     if sweep["spawn_epoch"] > epochs:
         raise LmcError(f"'sweep.spawn_epoch'{where} exceeds the {epochs} training epochs")
@@ -279,6 +284,38 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
             pair_settings(job)
         except LmcError as exc:
             raise LmcError(f"[merge]{where}: {exc}") from None
+
+
+def _check_width_ratio(study: dict[str, Any], where: str) -> None:
+    """``sweep.width_ratio`` (B's width over A's) is 1, or above 1 for models lmc can embed
+    into a wider copy of themselves (:mod:`lmc.perm.widen`: zoo ``gpt``), with B's widths
+    valid widths of the model and independent training (a spawned pair shares one width)."""
+    sweep = study["sweep"]
+    ratio = sweep["width_ratio"]
+    check_number(f"'sweep.width_ratio'{where}", ratio, minimum=1.0)
+    if ratio == 1:
+        return
+    from lmc.perm.widen import WIDENABLE_MODELS
+
+    name = study["model"]["name"]
+    if name not in WIDENABLE_MODELS:
+        raise LmcError(
+            f"'sweep.width_ratio'{where} is {ratio:g}: merging across widths embeds the narrow "
+            f"model into the wide one, which lmc can do for {', '.join(WIDENABLE_MODELS)} "
+            f"models, not {name!r}"
+        )
+    if sweep["spawn_epoch"]:
+        raise LmcError(f"'sweep.width_ratio'{where} needs independent training (spawn_epoch 0)")
+    if study["stitch"]["enabled"]:
+        raise LmcError(f"'stitch.enabled'{where} is for pairs of one width (width_ratio 1)")
+    entry = get_model(name)
+    for width in sweep["widths"]:
+        try:
+            entry.width_value(width * ratio)
+        except LmcError as exc:
+            raise LmcError(
+                f"'sweep.width_ratio'{where}: B's width {width * ratio:g}: {exc}"
+            ) from None
 
 
 def _check_stitchable(study: dict[str, Any], where: str) -> None:

@@ -33,6 +33,9 @@ from lmc.config import LmcError
 
 from .canonical import canonical_skeleton, canonicalize, is_canonical
 
+#: The zoo models :func:`widen_pair` can embed into a wider copy of themselves.
+WIDENABLE_MODELS = ("gpt",)
+
 #: zoo gpt options that must agree for one model to be written into the other
 SAME_OPTIONS = ("vocab", "context", "depth", "activation", "bias")
 
@@ -121,4 +124,4 @@ def widen_pair(model_a: nn.Module, model_b: nn.Module) -> tuple[nn.Module, nn.Mo
     return canonicalize(model_a), embed_gpt(model_b, model_a)
 
 
-__all__ = ["SAME_OPTIONS", "embed_gpt", "widen_pair"]
+__all__ = ["SAME_OPTIONS", "WIDENABLE_MODELS", "embed_gpt", "widen_pair"]
