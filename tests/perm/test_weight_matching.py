@@ -278,6 +278,32 @@ def test_weight_matching_is_deterministic_and_improves():
         apply_permutation(spec, info, sb)
 
 
+def test_a_memory_limit_on_the_similarities_changes_the_work_not_the_answer():
+    """similarity_bytes: matrices are released least recently used first and rebuilt at
+    their next visit; the descent takes the same steps to the same permutation."""
+    options = dict(in_channels=1, width=0.5, norm="batch")
+    a, b = build("resnet20", seed=1, **options), build("resnet20", seed=2, **options)
+    spec = spec_from_model(a, torch.zeros(2, 1, 8, 8))
+    sa, sb = a.state_dict(), b.state_dict()
+    free = weight_matching(spec, sa, sb, seed=4)
+    sizes = spec.group_sizes
+    limit = 2 * max(n * n * 8 for n in sizes.values())
+    for bound in (limit, 1):
+        held = weight_matching(spec, sa, sb, seed=4, similarity_bytes=bound)
+        assert all(torch.equal(free.perm[g], held.perm[g]) for g in sizes), bound
+        assert held.objective_after == pytest.approx(free.objective_after, rel=1e-12)
+    sim = SimilarityMatrices(spec, sa, sb, max_bytes=limit)
+    fresh = SimilarityMatrices(spec, sa, sb)
+    perm = random_permutation(spec, 0)
+    for _ in range(2):
+        for g in sizes:
+            sim.update(g, perm)
+            fresh.update(g, perm)
+            assert torch.allclose(sim.matrix(g), fresh.matrix(g), rtol=1e-6, atol=1e-6)
+            assert sim._bytes <= limit
+    assert sim.evictions > 0 and fresh.evictions == 0
+
+
 def test_weight_matching_refuses_mismatched_states():
     model, spec = _mlp_spec()
     other = build("mlp", seed=0, input_size=5, width=6, depth=2, num_classes=3)
@@ -292,6 +318,7 @@ OPTIONS = [
     dict(init="identity"),
     dict(restarts=3),
     dict(solver="sparse", init="identity", restarts=2),
+    dict(similarity_bytes=1),  # every similarity released between visits
 ]
 
 

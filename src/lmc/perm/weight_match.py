@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
@@ -180,26 +181,61 @@ class SimilarityMatrices:
         spec: PermutationSpec,
         state_a: Mapping[str, torch.Tensor],
         state_b: Mapping[str, torch.Tensor],
+        max_bytes: int | None = None,
     ) -> None:
-        sizes = spec.group_sizes
+        self.sizes = spec.group_sizes
         self.terms = _build_terms(spec, state_a, state_b)
         self.device = next(
             (t.a.device for ts in self.terms.values() for t in ts), torch.device("cpu")
         )
-        self._s = {
-            g: torch.zeros(n, n, dtype=torch.float64, device=self.device) for g, n in sizes.items()
-        }
-        self._fresh = {g: False for g in sizes}  # S_g built at least once
+        self.max_bytes = max_bytes
+        self.evictions = 0
+        self._s: dict[str, torch.Tensor] = {}  # made at a group's first update
+        self._recent: OrderedDict[str, None] = OrderedDict()  # least recently updated first
+        self._bytes = 0
+        self._fresh = {g: False for g in self.sizes}  # S_g built at least once
 
     def matrix(self, group: str) -> torch.Tensor:
-        """The current ``S_group`` (live: updated in place by :meth:`update`; do not modify)."""
+        """The current ``S_group`` (live: updated in place by :meth:`update`; do not modify).
+        Only after an :meth:`update` of it (an evicted matrix is rebuilt there)."""
         return self._s[group]
+
+    def _nbytes(self, group: str) -> int:
+        return self.sizes[group] ** 2 * 8
+
+    def _hold(self, group: str, keep: Collection[str]) -> torch.Tensor:
+        """``S_group``, made (zero) if it is not held, after evicting the least recently
+        updated other matrices (never those in ``keep``) while ``max_bytes`` would be passed."""
+        if group in self._s:
+            self._recent.move_to_end(group)
+            return self._s[group]
+        need = self._nbytes(group)
+        if self.max_bytes is not None:
+            for victim in [g for g in self._recent if g != group and g not in keep]:
+                if self._bytes + need <= self.max_bytes:
+                    break
+                self._evict(victim)
+        n = self.sizes[group]
+        self._s[group] = torch.zeros(n, n, dtype=torch.float64, device=self.device)
+        self._recent[group] = None
+        self._bytes += need
+        return self._s[group]
+
+    def _evict(self, group: str) -> None:
+        """Release ``S_group``: its next update rebuilds it from every term."""
+        del self._s[group], self._recent[group]
+        self._bytes -= self._nbytes(group)
+        self._fresh[group] = False
+        for term in self.terms[group]:
+            term.col, term.built, term.seen = None, False, ()
+        self.evictions += 1
 
     def update(
         self,
         group: str,
         perm: Mapping[str, torch.Tensor],
         within: Collection[str] | None = None,
+        keep: Collection[str] = (),
     ) -> bool:
         """Bring ``S_group`` up to date with ``perm``; return whether it changed.
 
@@ -210,8 +246,13 @@ class SimilarityMatrices:
         (the one-pass baseline's partial similarity); the other terms stay out of ``S_group``
         until an update without ``within`` adds them, so the products made for a one-pass start
         are reused by the descent that follows it.
+
+        With ``max_bytes`` (the most bytes of float64 matrices held), a matrix not updated for
+        a while may have been released to stay under it; it is rebuilt here from every term
+        (and reported as changed). ``keep``: groups whose matrices must stay held now (the
+        other members of the coordinate being solved).
         """
-        s = self._s[group]
+        s = self._hold(group, keep)
         changed = not self._fresh[group]
         self._fresh[group] = True
         for term in self.terms[group]:
@@ -294,6 +335,7 @@ def weight_matching(
     restarts: int = 1,
     init: str | None = None,
     solver: str = "auto",
+    similarity_bytes: int | None = None,
 ) -> WeightMatchingResult:
     """The permutation of B's units that best matches A's weights (returned for B).
 
@@ -321,6 +363,12 @@ def weight_matching(
     all give exact optima, and may break exact ties differently (:mod:`lmc.perm.lap`). The
     one-pass start uses the same solver. Head groups' assignments are always SciPy's.
 
+    ``similarity_bytes``: the most memory the kept similarity matrices (float64, n² × 8 bytes
+    per group) may hold; ``None`` (default) keeps every group's between visits. Under a limit
+    the least recently visited are released and rebuilt in full at their next visit: more
+    products, the same answer up to float rounding. A model with many wide groups needs it
+    (GPT-2-large: 36 MLP groups of 5120 units, 7.5 GB; :func:`lmc.perm.files.match_files`).
+
     Returns a :class:`WeightMatchingResult`: ``result.perm`` (group -> int64 CPU tensor) is
     such that ``apply_permutation(spec, result.perm, state_b)`` has B's units in A's order;
     its other fields report the objective, passes, assignments, convergence and restarts.
@@ -344,7 +392,9 @@ def weight_matching(
     reuse: SimilarityMatrices | None = None  # the one-pass products, for restart 0
     solved: set[str] = set()  # groups whose one-pass assignment already saw their whole S_g
     if start_name == "onepass":
-        init_perm, _, reuse, solved = _one_pass(spec, state_a, state_b, solver)
+        init_perm, _, reuse, solved = _one_pass(
+            spec, state_a, state_b, solver, similarity_bytes
+        )
     start = {
         g: p.clone().long().cpu() for g, p in (init_perm or identity_permutation(spec)).items()
     }
@@ -370,6 +420,7 @@ def weight_matching(
             solver,
             reuse if r == 0 else None,
             solved if r == 0 else set(),
+            similarity_bytes,
         )
         runs.append(
             WeightMatchingResult(
@@ -409,6 +460,7 @@ def _descend(
     solver: str,
     sim: SimilarityMatrices | None = None,
     solved: set[str] | None = None,
+    similarity_bytes: int | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[float], int, int, bool]:
     """One coordinate descent from ``perm`` (replaced, never modified in place): the final
     permutation, the objective after each pass (``objective`` plus the gains), passes,
@@ -418,7 +470,7 @@ def _descend(
     solved again until ``S_g`` changes)."""
     sizes = spec.group_sizes
     per_pass: list[float] = []
-    sim = sim or SimilarityMatrices(spec, state_a, state_b)
+    sim = sim or SimilarityMatrices(spec, state_a, state_b, similarity_bytes)
     device = sim.device
     dev_perm = {g: p.to(device) for g, p in perm.items()}
     heads = spec.heads
@@ -440,7 +492,7 @@ def _descend(
             for gi in torch.randperm(len(names), generator=gen).tolist():
                 g = names[gi]
                 members = [g, *nested.get(g, [])]
-                changed = [sim.update(m, dev_perm) for m in members]
+                changed = [sim.update(m, dev_perm, keep=members) for m in members]
                 if any(changed):
                     dirty[g] = True
                 if not dirty[g]:
@@ -536,6 +588,7 @@ def _one_pass(
     state_a: Mapping[str, torch.Tensor],
     state_b: Mapping[str, torch.Tensor],
     solver: str,
+    similarity_bytes: int | None = None,
 ) -> tuple[dict[str, torch.Tensor], int, SimilarityMatrices, set[str]]:
     """:func:`one_pass_matching`'s permutation and assignment count, with the similarity
     matrices it built (each ``S_g`` holds the terms the pass scored; a descent from this answer
@@ -544,7 +597,7 @@ def _one_pass(
     before one of those matrices changes."""
     sizes = spec.group_sizes
     perm = identity_permutation(spec)
-    sim = SimilarityMatrices(spec, state_a, state_b)
+    sim = SimilarityMatrices(spec, state_a, state_b, similarity_bytes)
     dev_perm = {g: p.to(sim.device) for g, p in perm.items()}
     nested = nested_of(spec.heads)
     decided: set[str] = set()
@@ -554,7 +607,7 @@ def _one_pass(
         members = {g, *nested.get(g, [])}
         known = decided | members  # a later layer's permutation is not known in one pass
         for m in members:
-            sim.update(m, dev_perm, within=known)
+            sim.update(m, dev_perm, within=known, keep=members)
         if g in nested:
             head_s = sim.matrix(g) if sim.terms[g] else None
             inner = [sim.matrix(m) for m in nested[g]]
