@@ -66,7 +66,8 @@ def _write_models(args, folder: Path) -> tuple[Path, Path]:
     config = _config(args)
     tag = f"gpt2-{args.n_layer}x{args.width}x{args.heads}"
     path_a = folder / f"{tag}-seed0" / "model.safetensors"
-    path_b = folder / (f"{tag}-seed0-permuted" if args.known else f"{tag}-seed1") / "model.safetensors"
+    name_b = f"{tag}-seed0-permuted" if args.known else f"{tag}-seed1"
+    path_b = folder / name_b / "model.safetensors"
     for seed, path in ((0, path_a), (1, path_b)):
         if path.exists():
             continue
@@ -99,8 +100,7 @@ def _match(args) -> None:
     start = time.perf_counter()
     spec = _spec(config)
     spec_s = time.perf_counter() - start
-    n_params = sum(spec.shapes[n].numel() if hasattr(spec.shapes[n], "numel") else
-                   int(torch.Size(spec.shapes[n]).numel()) for n in spec if n not in TIED)  # fmt: skip
+    n_params = sum(torch.Size(spec.shapes[n]).numel() for n in spec if n not in TIED)
     print(
         f"GPT-2: {config.n_layer} blocks, width {config.n_embd}, {config.n_head} heads, "
         f"vocabulary {config.vocab_size}, {n_params / 1e6:.1f}M parameters per model; "
@@ -132,7 +132,8 @@ def _match(args) -> None:
     )
     print(f"objective Σ⟨θ_A, π(θ_B)⟩: identity {result.objective_before:.6g}, start "
           f"{result.objective_init:.6g}, after {result.objective_after:.6g}")  # fmt: skip
-    print(f"aligned B written tensor by tensor in {write_s:.1f} s ({out.stat().st_size / 2**20:.0f} MiB)")
+    written = out.stat().st_size / 2**20
+    print(f"aligned B written tensor by tensor in {write_s:.1f} s ({written:.0f} MiB)")
     ratio = rss.peak / size
     print(
         f"memory (RSS): before matching {before / 2**20:.0f} MiB ({before / size:.2f}x the "
@@ -170,9 +171,10 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     path_a, path_b = _write_models(args, folder)
     command = [sys.executable, __file__, "--child", "--path-a", str(path_a), "--path-b",
-               str(path_b), "--out", str(folder / "aligned.safetensors"), "--n-layer",
-               str(args.n_layer), "--width", str(args.width), "--heads", str(args.heads),
-               "--threads", str(args.threads), "--init", args.init, "--solver", args.solver]  # fmt: skip
+               str(path_b), "--out", str(folder / "aligned.safetensors"),
+               "--n-layer", str(args.n_layer), "--width", str(args.width),
+               "--heads", str(args.heads), "--threads", str(args.threads),
+               "--init", args.init, "--solver", args.solver]  # fmt: skip
     if args.known:
         command.append("--known")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [

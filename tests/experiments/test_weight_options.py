@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from lmc.config import LmcError, config_hash
 from lmc.data import load

@@ -392,9 +392,7 @@ def weight_matching(
     reuse: SimilarityMatrices | None = None  # the one-pass products, for restart 0
     solved: set[str] = set()  # groups whose one-pass assignment already saw their whole S_g
     if start_name == "onepass":
-        init_perm, _, reuse, solved = _one_pass(
-            spec, state_a, state_b, solver, similarity_bytes
-        )
+        init_perm, _, reuse, solved = _one_pass(spec, state_a, state_b, solver, similarity_bytes)
     start = {
         g: p.clone().long().cpu() for g, p in (init_perm or identity_permutation(spec)).items()
     }
