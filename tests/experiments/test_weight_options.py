@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from lmc.config import LmcError, config_hash
 from lmc.data import load
 from lmc.experiments import LocalExecutor, expand, load_study, resolve, run_study
 from lmc.experiments.jobs import merge_identity
 from lmc.perm.lap import resolve_solver
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 TINY = {
     "name": "tiny-wm",
