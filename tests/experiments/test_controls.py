@@ -37,6 +37,34 @@ def test_the_random_direction_control_runs_beside_the_methods(tmp_path):
     assert table == {"none", "random-direction", "onepass"}
 
 
+def test_a_control_job_evaluates_only_its_own_path(monkeypatch):
+    """The control's rows are the random direction's path: A -> B is not evaluated for it."""
+    from lmc.data import load
+    from lmc.experiments.jobs import merge_identity, pair_settings
+    from lmc.models import build
+    from lmc.pair import run_pair
+
+    study = resolve(STUDY)
+    job = {"merge": merge_identity(study["merge"], "random-direction"), "split": "test",
+           "analysis": study["analysis"], "method": "random-direction"}  # fmt: skip
+    settings = pair_settings(job)
+    assert settings.baseline_only and settings.analysis is None
+    data = load("digits")
+    a, b = (build("mlp", input_size=64, width=8, depth=1, seed=s) for s in (0, 1))
+    calls = []
+    import lmc.pair.pipeline as pipeline
+
+    real = pipeline.evaluate_path
+    monkeypatch.setattr(
+        pipeline, "evaluate_path", lambda *a, **k: calls.append(a[1]) or real(*a, **k)
+    )
+    pair = run_pair(a, b, data, settings)
+    assert pair.path is None and pair.baseline is not None
+    assert calls == [None]  # one path, from A along the random direction (no model B)
+    with pytest.raises(LmcError, match="baseline_only"):
+        type(settings)(baseline_only=True)
+
+
 def test_an_unknown_entry_names_the_control_among_the_choices():
     with pytest.raises(LmcError, match="random-direction"):
         resolve({**STUDY, "merge": {"methods": ["nope"]}})

@@ -260,6 +260,7 @@ def pair_settings(job: dict[str, Any]):
     return PairSettings(
         align=method,
         baseline=job["method"] if control else "none",
+        baseline_only=control,  # its rows are the control's path: A → B is not evaluated
         align_examples=merge["align_examples"],
         align_options=_align_options(merge, method),
         seed=merge["align_seed"],

@@ -128,7 +128,7 @@ def run_pair(
         result.transforms = aligned.alignment
         if all(kind == "permutation" for kind in aligned.alignment.kinds.values()):
             result.perm = aligned.perm
-    if settings.path is not None:
+    if settings.path is not None and not settings.baseline_only:
         result.path = evaluate_path(
             model_a, model_b, x, y, settings.path, state_b=state_b, bn_inputs=data.x_train,
             task=data.task,

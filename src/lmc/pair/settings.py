@@ -61,7 +61,8 @@ class PairSettings:
     the random direction. ``split``: where the path and the analysis are measured;
     ``max_examples``: only the first N examples of it. ``path``: how the path is evaluated
     (:class:`lmc.metrics.PathSettings`); ``baseline``: ``random-direction`` also evaluates
-    A → A + ‖B − A‖u for a seeded random unit direction u (a flatness control).
+    A → A + ‖B − A‖u for a seeded random unit direction u (a flatness control);
+    ``baseline_only``: evaluate that path and not A → B (the sweep's control jobs).
     ``path`` / ``analysis``: ``None`` skips that part. ``stitch``: also measure the error of
     the model that runs A's first l layers and (aligned) B's others, for l = 0..L
     (:func:`lmc.analysis.stitching_errors`, LLFC App. B.4), on the same examples as the path.
@@ -78,6 +79,7 @@ class PairSettings:
     max_examples: int | None = None
     path: PathSettings | None = field(default_factory=PathSettings)
     baseline: str = "none"
+    baseline_only: bool = False
     analysis: AnalysisOptions | None = None
     stitch: bool = False
     widen: bool = False
@@ -94,6 +96,10 @@ class PairSettings:
             raise LmcError(f"unknown baseline {self.baseline!r}: choose {', '.join(BASELINES)}")
         if self.baseline != "none" and self.path is None:
             raise LmcError("a path baseline needs the path evaluated")
+        if self.baseline_only is not False and (
+            self.baseline_only is not True or self.baseline == "none"
+        ):
+            raise LmcError("baseline_only needs a baseline (random-direction) and true or false")
         if not isinstance(self.stitch, bool):
             raise LmcError(f"stitch must be true or false, got {self.stitch!r}")
         if not isinstance(self.widen, bool):
