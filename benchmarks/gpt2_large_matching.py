@@ -7,7 +7,8 @@ random weights from seeds 0 and 1 (``--known``: B is a random permutation of A, 
 written by :func:`lmc.perm.files.permute_file`), each saved with ``save_pretrained`` into
 ``--folder`` (kept and reused by later runs; made one model at a time).
 
-The matching runs in a fresh child process so that its memory is its own: the spec is derived
+The models are made in one child process and the matching runs in another, so that its memory
+is its own: the spec is derived
 from the architecture on the ``meta`` device (no weights), then :func:`lmc.perm.files.match_files`
 matches B to A with lmc's default settings (one-pass start, ``auto`` solver; ``--init`` /
 ``--solver`` change them), reading both files lazily (memory-mapped), and writes the aligned B
@@ -56,6 +57,12 @@ def _spec(config):
     return spec_from_model(skeleton, torch.zeros(1, 8, dtype=torch.long, device="meta"))
 
 
+def _model_paths(args, folder: Path) -> tuple[Path, Path]:
+    tag = f"gpt2-{args.n_layer}x{args.width}x{args.heads}"
+    name_b = f"{tag}-seed0-permuted" if args.known else f"{tag}-seed1"
+    return folder / f"{tag}-seed0" / "model.safetensors", folder / name_b / "model.safetensors"
+
+
 def _write_models(args, folder: Path) -> tuple[Path, Path]:
     """Model files A and B in ``folder`` (made when missing, one model in memory at a time)."""
     import transformers
@@ -64,10 +71,7 @@ def _write_models(args, folder: Path) -> tuple[Path, Path]:
     from lmc.perm.files import permute_file
 
     config = _config(args)
-    tag = f"gpt2-{args.n_layer}x{args.width}x{args.heads}"
-    path_a = folder / f"{tag}-seed0" / "model.safetensors"
-    name_b = f"{tag}-seed0-permuted" if args.known else f"{tag}-seed1"
-    path_b = folder / name_b / "model.safetensors"
+    path_a, path_b = _model_paths(args, folder)
     for seed, path in ((0, path_a), (1, path_b)):
         if path.exists():
             continue
@@ -160,6 +164,7 @@ def main() -> None:
     parser.add_argument("--init", choices=("identity", "onepass"), default="onepass")
     parser.add_argument("--solver", choices=("auto", "scipy", "lapx", "sparse"), default="auto")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--write-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--path-a", help=argparse.SUPPRESS)
     parser.add_argument("--path-b", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -169,16 +174,23 @@ def main() -> None:
         return
     folder = Path(args.folder or Path(tempfile.gettempdir()) / "lmc-gpt2-large-bench")
     folder.mkdir(parents=True, exist_ok=True)
-    path_a, path_b = _write_models(args, folder)
-    command = [sys.executable, __file__, "--child", "--path-a", str(path_a), "--path-b",
-               str(path_b), "--out", str(folder / "aligned.safetensors"),
-               "--n-layer", str(args.n_layer), "--width", str(args.width),
-               "--heads", str(args.heads), "--threads", str(args.threads),
-               "--init", args.init, "--solver", args.solver]  # fmt: skip
-    if args.known:
-        command.append("--known")
+    if args.write_only:
+        _write_models(args, folder)
+        return
+    shape = ["--n-layer", str(args.n_layer), "--width", str(args.width),
+             "--heads", str(args.heads)] + (["--known"] if args.known else [])  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
         str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    # the models are made in a child of their own, so that no process holds them afterwards
+    code = subprocess.call([sys.executable, __file__, "--write-only", "--folder", str(folder),
+                            *shape], env=env)  # fmt: skip
+    if code:
+        sys.exit(code)
+    path_a, path_b = _model_paths(args, folder)
+    command = [sys.executable, __file__, "--child", "--path-a", str(path_a),
+               "--path-b", str(path_b), "--out", str(folder / "aligned.safetensors"), *shape,
+               "--threads", str(args.threads), "--init", args.init,
+               "--solver", args.solver]  # fmt: skip
     sys.exit(subprocess.call(command, env=env))
 
 
