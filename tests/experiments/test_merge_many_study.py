@@ -105,6 +105,21 @@ def test_each_model_gets_its_own_data_and_the_counts_are_exact():
     assert set_jobs[0]["reference"]["train"]["init_seed"] == 1000
 
 
+def test_a_set_with_its_own_seed_is_an_independent_repeat_and_the_others_keep_their_ids():
+    data = load("digits")
+    split = TINY["sets"][2]
+    _, before = expand_merge_many(resolve(TINY), data)
+    repeat = {**split, "name": "split-2", "seed": 20}
+    _, after = expand_merge_many(resolve(_with(sets=[*TINY["sets"], repeat])), data)
+    assert [j["id"] for j in after[:3]] == [j["id"] for j in before]  # earlier sets: same ids
+    new = after[3]
+    assert [c["train"]["init_seed"] for c in new["configs"]] == [20, 21]
+    assert {c["dataset_options"]["subset_seed"] for c in new["configs"]} == {20}
+    assert new["reference"] == before[0]["reference"]  # one reference for the study
+    with pytest.raises(LmcError, match="seed"):
+        resolve(_with(sets=[{**split, "seed": -1}]))
+
+
 def test_a_tiny_study_runs_reuses_and_reports(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out"
     study = resolve(TINY)

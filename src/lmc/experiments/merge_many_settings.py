@@ -37,6 +37,7 @@ SET_KEYS: dict[str, tuple[tuple[type, ...], Any]] = {
     "subset": ((str,), "all"),
     "train_fraction": ((float, int), None),
     "label_parts": ((list,), None),
+    "seed": ((int,), None),
 }
 
 
@@ -84,6 +85,10 @@ def _resolve_set(entry: Any, i: int, num_classes: int | None, source: str | None
                 )
     elif entry["label_parts"] is not None:
         raise LmcError(f"'{label}.label_parts'{at} is for subset 'labels' only")
+    if entry["seed"] is None:
+        del entry["seed"]  # the study's seed; left out so that earlier sets keep their ids
+    else:
+        check_int(f"'{label}.seed'{at}", entry["seed"], minimum=0)
     return entry
 
 

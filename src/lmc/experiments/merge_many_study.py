@@ -17,7 +17,8 @@ study covers Git Re-Basin's three merging experiments:
   of per-label fractions per model (A: 20% of labels 0-4 and 80% of labels 5-9, B the
   reverse), disjoint subsets cut from one seeded order (``lmc.data.subsets``).
 
-Model i of a set trains with init and data seed ``seed + i``; the reference with
+Model i of a set trains with init and data seed ``seed + i`` (the set's own ``seed`` where it
+gives one: sets that differ only in it are independent repeats); the reference with
 ``seed + 1000``. Runs live in the run store (reused by any study with the same settings); a
 finished set's evaluation is kept in ``OUT/jobs/merge-many-<hash>.json`` and reused.
 
@@ -68,9 +69,14 @@ OUTPUTS = {
 
 
 # ---- jobs -------------------------------------------------------------------------------------
+def set_seed(study: dict, entry: dict) -> int:
+    """The seed a set's models count from: its own ``seed``, else the study's."""
+    return entry.get("seed", study["merge_many"]["seed"])
+
+
 def _dataset_options(study: dict, entry: dict, index: int, n_train: int) -> dict[str, Any]:
     options = dict(study["data"]["options"])
-    seed = study["merge_many"]["seed"]
+    seed = set_seed(study, entry)
     if entry["subset"] == "random":
         from lmc.data.subsets import subset_count
 
@@ -124,7 +130,7 @@ def expand_merge_many(study: dict, data) -> tuple[list[dict], list[dict]]:
         configs, sizes = [], []
         for i in range(entry["models"]):
             options = _dataset_options(study, entry, i, n_train)
-            config = _config(study, options, seed + i, data)
+            config = _config(study, options, set_seed(study, entry) + i, data)
             train.setdefault(config_hash(config), _train_job(config, study, entry["name"], i))
             configs.append(config)
             sizes.append(_train_examples(data, options))
