@@ -130,6 +130,7 @@ def test_options_recorded_and_validation_split(tmp_path):
     full = dataset_options("text", {"path": str(path)})
     assert full == {
         "path": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "tokenizer": "char",
         "context": DEFAULT_CONTEXT,
         "stride": DEFAULT_CONTEXT,
@@ -149,6 +150,23 @@ def test_options_recorded_and_validation_split(tmp_path):
     assert moved.x_val.device.type == "meta" and moved.y_val.device.type == "meta"
     assert moved.x_train.device.type == "meta" and ds.x_val.device.type == "cpu"
     assert "validation=" in repr(ds) and "tokenizer='char'" in repr(ds)
+
+
+def test_an_edited_text_file_is_not_taken_for_the_recorded_one(tmp_path):
+    """A run records the file's SHA-256 beside its path: editing the file changes the run's
+    identity, and loading with the old record says the file changed."""
+    path = _write(tmp_path, "the quick brown fox jumps over the lazy dog. " * 20)
+    before = dataset_options("text", {"path": str(path), "context": 8})
+    load("text", **before)
+    path.write_text("a different text entirely, of some length. " * 20, "utf-8")
+    after = dataset_options("text", {"path": str(path), "context": 8})
+    assert after["sha256"] != before["sha256"] and after["path"] == before["path"]
+    with pytest.raises(LmcError, match="has changed since it was recorded"):
+        load("text", **before)
+    with pytest.raises(LmcError, match="64 lowercase hex"):
+        dataset_options("text", {"path": str(path), "sha256": "abc"})
+    with pytest.raises(LmcError, match="takes no path or sha256"):
+        dataset_options("fortunes", {"sha256": before["sha256"]})
 
 
 # --------------------------------------------------------------------------- bad inputs

@@ -4,6 +4,7 @@ identical run is reused, and bad text files are one-line errors that leave nothi
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -33,6 +34,7 @@ def test_a_gpt_trains_on_a_text_file_and_is_reused(corpus, tmp_path, capsys):
     options = run.config["dataset_options"]
     assert options == {
         "path": str(corpus),
+        "sha256": hashlib.sha256(corpus.read_bytes()).hexdigest(),
         "tokenizer": "char",
         "context": 16,
         "stride": 16,

@@ -380,7 +380,8 @@ def _load_text_dataset(
         raise LmcError(f"{key}: subset_seed needs train_size (the subset it picks)")
     opts = text_options(key, _text_only(options))  # every option checked before a file is read
     if key == "text":
-        text, name, source = read_text_file(opts["path"]), Path(opts["path"]).name, opts["path"]
+        text = read_text_file(opts["path"], opts["sha256"])
+        name, source = Path(opts["path"]).name, opts["path"]
     elif key == "fortunes":
         folder = _find_fortunes(data_dir)
         text, name, source = fortunes_text(folder), key, f"the fortunes in {folder}"

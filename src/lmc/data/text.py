@@ -43,6 +43,7 @@ The result is a :class:`TextDataset` (a :class:`lmc.data.Dataset`): ``x_*``/``y_
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import numbers
 import os
@@ -69,7 +70,7 @@ DEFAULT_TOKENIZER = "char"
 DEFAULT_CONTEXT = 128
 DEFAULT_SPLITS = (0.9, 0.05, 0.05)
 #: The options of every text dataset (``path`` is ``text``'s, and only its).
-TEXT_OPTIONS = ("path", "tokenizer", "context", "stride", "splits")
+TEXT_OPTIONS = ("path", "sha256", "tokenizer", "context", "stride", "splits")
 #: How far from 1 the split fractions may add up.
 SPLITS_TOL = 1e-9
 
@@ -166,8 +167,14 @@ def text_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(path, (str, os.PathLike)):
             raise LmcError(f"path must be a file path, got {path!r}")
         out["path"] = str(path)
-    elif "path" in out:
-        raise LmcError(f"{name} is a fixed corpus and takes no path; use dataset 'text' for a file")
+        if out.get("sha256") is None:  # the file's content names the data, not only its path
+            out["sha256"] = file_sha256(out["path"])
+        elif not (isinstance(out["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", out["sha256"])):
+            raise LmcError(f"sha256 must be 64 lowercase hex digits, got {out['sha256']!r}")
+    elif "path" in out or "sha256" in out:
+        raise LmcError(
+            f"{name} is a fixed corpus and takes no path or sha256; use dataset 'text' for a file"
+        )
     tokenizer = out.get("tokenizer", DEFAULT_TOKENIZER)
     if not isinstance(tokenizer, (str, os.PathLike)) or str(tokenizer).strip() == "":
         raise LmcError(f"tokenizer must be 'char', 'bytes' or a folder path, got {tokenizer!r}")
@@ -203,13 +210,30 @@ def decode_text(data: bytes, source: str) -> str:
     return text
 
 
-def read_text_file(path: str | os.PathLike) -> str:
-    """The UTF-8 text of the file ``path`` (rules: :func:`decode_text`)."""
+def _file_bytes(path: str | os.PathLike) -> bytes:
     check_regular_file(path, "text file")
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as exc:
         raise LmcError(f"cannot read text file {path}: {exc.strerror or exc}") from exc
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of the file ``path``'s bytes (hex): what a run's ``dataset_options`` record
+    of a ``text`` file beside its path, so an edited file is never taken for the one a run
+    read."""
+    return hashlib.sha256(_file_bytes(path)).hexdigest()
+
+
+def read_text_file(path: str | os.PathLike, sha256: str | None = None) -> str:
+    """The UTF-8 text of the file ``path`` (rules: :func:`decode_text`); with ``sha256``, an
+    ``LmcError`` unless the file's bytes still have that digest."""
+    data = _file_bytes(path)
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise LmcError(
+            f"{path} has changed since it was recorded (its SHA-256 is no longer {sha256[:12]}…): "
+            "runs and studies made from it read other text; restore the file or train anew"
+        )
     return decode_text(data, str(path))
 
 
