@@ -163,6 +163,7 @@ def test_an_edited_text_file_is_not_taken_for_the_recorded_one(tmp_path):
     assert after["sha256"] != before["sha256"] and after["path"] == before["path"]
     with pytest.raises(LmcError, match="has changed since it was recorded"):
         load("text", **before)
+    assert input_shape("text", path=str(tmp_path / "absent.txt"), context=8) == (8,)  # no read
     with pytest.raises(LmcError, match="64 lowercase hex"):
         dataset_options("text", {"path": str(path), "sha256": "abc"})
     with pytest.raises(LmcError, match="takes no path or sha256"):

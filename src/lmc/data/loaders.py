@@ -101,12 +101,13 @@ def _text_only(options: dict[str, Any]) -> dict[str, Any]:
 def dataset_options(name: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The options of dataset ``name`` as a run's config should record them: for a text dataset
     every text option with its default filled in (:func:`lmc.data.text.text_options`: the
-    tokenizer, ``context``, ``stride`` and ``splits``, so the data a run read is named in full);
-    for every other dataset ``options`` unchanged (existing runs keep their identity)."""
+    tokenizer, ``context``, ``stride`` and ``splits``, and a ``text`` file's ``sha256``, so the
+    data a run read is named in full); for every other dataset ``options`` unchanged (existing
+    runs keep their identity)."""
     key = canonical_name(name)
     options = dict(options or {})
     if key in TEXT_DATASETS:
-        return text_options(key, options)
+        return text_options(key, options, record_digest=True)
     return options
 
 
@@ -380,7 +381,7 @@ def _load_text_dataset(
         raise LmcError(f"{key}: subset_seed needs train_size (the subset it picks)")
     opts = text_options(key, _text_only(options))  # every option checked before a file is read
     if key == "text":
-        text = read_text_file(opts["path"], opts["sha256"])
+        text = read_text_file(opts["path"], opts.get("sha256"))  # checked where recorded
         name, source = Path(opts["path"]).name, opts["path"]
     elif key == "fortunes":
         folder = _find_fortunes(data_dir)

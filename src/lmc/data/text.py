@@ -152,10 +152,14 @@ def _check_splits(splits: Any) -> tuple[float, float, float]:
     return out[0], out[1], out[2]
 
 
-def text_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+def text_options(
+    name: str, options: dict[str, Any], *, record_digest: bool = False
+) -> dict[str, Any]:
     """``options`` of text dataset ``name`` checked and completed with every default
     (``tokenizer``, ``context``, ``stride``, ``splits``; ``path`` for ``text``), as they belong
     in a run's ``dataset_options``. Other keys (the subset options) are passed through.
+    A ``sha256`` given for ``text`` is checked for form; ``record_digest`` adds the file's own
+    when none is given (reading the file: what a run records, :func:`file_sha256`).
     ``LmcError`` for a bad value, a missing ``path`` or a ``path`` given to a named corpus."""
     if name not in TEXT_DATASETS:
         raise LmcError(f"{name!r} is not a text dataset ({', '.join(TEXT_DATASETS)})")
@@ -167,8 +171,10 @@ def text_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(path, (str, os.PathLike)):
             raise LmcError(f"path must be a file path, got {path!r}")
         out["path"] = str(path)
-        if out.get("sha256") is None:  # the file's content names the data, not only its path
-            out["sha256"] = file_sha256(out["path"])
+        if out.get("sha256") is None:
+            out.pop("sha256", None)
+            if record_digest:  # the file's content names the data, not only its path
+                out["sha256"] = file_sha256(out["path"])
         elif not (isinstance(out["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", out["sha256"])):
             raise LmcError(f"sha256 must be 64 lowercase hex digits, got {out['sha256']!r}")
     elif "path" in out or "sha256" in out:

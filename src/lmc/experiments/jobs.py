@@ -96,12 +96,12 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
     train_jobs: dict[str, dict] = {}
     merge_jobs: list[dict] = []
     sweep = study["sweep"]
+    ratio = sweep.get("width_ratio", 1)  # B's width over A's (absent from older studies)
     for weight_decay in sweep["weight_decays"]:
         for width in sweep["widths"]:
             for pair in range(sweep["pairs"]):
                 config_a, config_b = train_configs(study, data, width, weight_decay, pair)
                 labels = {"width": width, "weight_decay": weight_decay, "pair": pair}
-                ratio = sweep.get("width_ratio", 1)
                 if ratio != 1:  # absent at 1: earlier job ids hold
                     labels["width_b"] = width * ratio
                 for side, config in (("A", config_a), ("B", config_b)):

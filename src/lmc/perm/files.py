@@ -89,7 +89,6 @@ def permute_file(
     stored_as = {v: k for k, v in (aliases or {}).items()}  # a tied tensor: its spec name
     with LazyStateDict(source, aliases) as state:
         _check_files_fit(spec, state, "the source")
-        metadata = _metadata(state.path)
 
         def make(name: str) -> torch.Tensor:
             spec_name = name if name in spec else stored_as.get(name, name)
@@ -98,14 +97,7 @@ def permute_file(
                 return tensor
             return permute_tensor(spec, perm, spec_name, tensor)
 
-        return write_tensors(out, layout_of(state), make, metadata)
-
-
-def _metadata(path: Path) -> dict[str, str] | None:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as handle:
-        return handle.metadata()
+        return write_tensors(out, layout_of(state), make, state.metadata())
 
 
 __all__ = ["match_files", "permute_file"]

@@ -84,6 +84,10 @@ class LazyStateDict(Mapping[str, torch.Tensor]):
     def __contains__(self, name: object) -> bool:
         return name in self.aliases or name in self._stored
 
+    def metadata(self) -> dict[str, str] | None:
+        """The file's ``__metadata__`` (``None`` when it has none)."""
+        return self._file.metadata()
+
     def nbytes(self) -> int:
         """The stored tensors' bytes (each stored tensor once)."""
         return sum(
