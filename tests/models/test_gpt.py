@@ -144,13 +144,13 @@ def test_probes_record_every_block_of_a_gpt():
     a, b = _tiny(seed=0), _tiny(seed=1)
     x = _tokens(10, 6)
     result = analyze(a, b, x, [0.25, 0.5], batch_size=4)
-    names = ["mlp1", "block1", "mlp2", "block2", "logits"]
+    names = ["attn1", "mlp1", "block1", "attn2", "mlp2", "block2", "logits"]
     assert [r["name"] for r in result.records] == names * 2
-    assert [r["units"] for r in result.records[:5]] == [64, 16, 64, 16, VOCAB]
-    assert [r["layer"] for r in result.records[:5]] == [4, 5, 8, 9, 10]
+    assert [r["units"] for r in result.records[:7]] == [16, 64, 16, 16, 64, 16, VOCAB]
+    assert [r["layer"] for r in result.records[:7]] == [2, 4, 5, 6, 8, 9, 10]
     for r in result.records:
         assert -1 <= r["lewc_cosine"] <= 1 and r["n_examples"] == 10
-    assert result.records[4]["logit_norm"] is not None  # the logits (n, T, vocab)
+    assert result.records[6]["logit_norm"] is not None  # the logits (n, T, vocab)
     same = analyze(a, copy.deepcopy(a), x, [0.5]).records
     assert all(r["lewc_cosine"] == pytest.approx(1.0, abs=1e-6) for r in same)
 

@@ -246,16 +246,19 @@ def test_probes_record_every_block_with_tokens_as_positions():
     x = torch.randn(12, 1, 8, 8, generator=GEN)
     result = analyze(a, b, x, [0.5], batch_size=5)
     records = result.records
-    assert [r["name"] for r in records] == ["mlp1", "block1", "mlp2", "block2", "logits"]
-    assert [r["layer"] for r in records] == [4, 5, 8, 9, 10]
-    assert [r["units"] for r in records] == [18, 12, 18, 12, 10]  # features, not 17 tokens
+    names = ["attn1", "mlp1", "block1", "attn2", "mlp2", "block2", "logits"]
+    assert [r["name"] for r in records] == names
+    assert [r["layer"] for r in records] == [2, 4, 5, 6, 8, 9, 10]
+    assert [r["units"] for r in records] == [12, 18, 12, 12, 18, 12, 10]  # not 17 tokens
     for r in records:
         assert r["n_examples"] == 12 and -1 <= r["lewc_cosine"] <= 1
         assert r["llfc_cosine"] is not None
-    mlp1 = records[0]
+    attn1, mlp1 = records[0], records[1]
+    assert attn1["activation"] == "attention" and attn1["kind"] == "attention"
+    assert attn1["weak_additivity_cosine"] is not None and attn1["reciprocal_ratio"] is None
     assert mlp1["activation"] == "gelu" and mlp1["kind"] == "hidden"
     assert mlp1["weak_additivity_cosine"] is not None and mlp1["reciprocal_ratio"] > 0
-    assert records[1]["kind"] == "block" and records[1]["reciprocal_ratio"] is None
+    assert records[2]["kind"] == "block" and records[2]["reciprocal_ratio"] is None
     # units are the d features, rows are (example, token): the convolution's convention
     want = _token_hook_moments(a, a.blocks[0].mlp.fc1, x)
     assert result.moments["mlp1"]["a"] == pytest.approx(want, rel=1e-5)

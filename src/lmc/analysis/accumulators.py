@@ -210,26 +210,48 @@ class WeakAdditivityStats:
     ``sign_agreement`` = the fraction of (row, unit) entries with z~_A·z~_B ≥ 0, i.e. where the
     two pre-activations do not straddle zero, which is exactly where ReLU is additive.
     σ is the model's own activation module, so GELU, tanh, ... are measured with themselves.
+
+    Attention heads: when the pre-activations come as tuples (q, k, v), σ is the heads'
+    computation softmax(q kᵀ/√d_h) v applied to the averaged triple, ``heads_to_units`` turns
+    its (n, heads, T, d_h) output into unit rows (one per example and token, the heads' d
+    features as units) and ``sign_agreement`` does not apply (``None``). Attention is linear in
+    v, so this measures how far the softmax of averaged scores is from the average of the two
+    softmaxes: the cosine is 1 whenever A and B attend alike.
     """
 
-    def __init__(self, activation: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def __init__(
+        self,
+        activation: Callable[..., torch.Tensor],
+        heads_to_units: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         self.activation = activation
+        self.heads_to_units = heads_to_units
         self.cosine = MeanCosine()
         self.agree: torch.Tensor | float = 0.0
         self.entries = 0
 
-    def update(self, pre_a: torch.Tensor, pre_b: torch.Tensor) -> None:
+    def update(
+        self,
+        pre_a: torch.Tensor | tuple[torch.Tensor, ...],
+        pre_b: torch.Tensor | tuple[torch.Tensor, ...],
+    ) -> None:
         sigma = self.activation
+        if isinstance(pre_a, tuple):
+            to_units = self.heads_to_units or unit_rows
+            mid = tuple((a + b) / 2 for a, b in zip(pre_a, pre_b, strict=True))
+            self.cosine.update(to_units(sigma(*mid)), to_units((sigma(*pre_a) + sigma(*pre_b)) / 2))
+            return
         merged = unit_rows(sigma((pre_a + pre_b) / 2))
         ensemble = unit_rows((sigma(pre_a) + sigma(pre_b)) / 2)
         self.cosine.update(merged, ensemble)
         self.agree = self.agree + (pre_a * pre_b >= 0).sum()
         self.entries += pre_a.numel()
 
-    def finalize(self) -> dict[str, float]:
+    def finalize(self) -> dict[str, float | None]:
+        agreement = float(self.agree) / self.entries if self.entries else math.nan
         return {
             "weak_additivity_cosine": self.cosine.finalize(),
-            "sign_agreement": float(self.agree) / self.entries if self.entries else math.nan,
+            "sign_agreement": None if self.heads_to_units is not None else agreement,
         }
 
 

@@ -16,8 +16,10 @@ Views of a layer's tensors (see the accumulators' docstring):
   module: they are ``None`` where it has none (ResNet block outputs). The products W z are
   bias-free (the weight alone, applied with the module's own stride/padding).
 - Weak additivity needs a ``preactivation`` module; it is measured with that module's own σ
-  (``activation`` in the record says which). Second moments are of the pre-activation, or of
-  the output where there is none (the logits).
+  (``activation`` in the record says which). A transformer's ``attention`` point measures it
+  for the heads, σ(q, k, v) = softmax(q kᵀ/√d_h) v (``activation`` = ``attention``). Second
+  moments are of the pre-activation, or of the output where there is none (the logits) or
+  where it is attention's (q, k, v).
 
 With ``init_states`` (the endpoints' initial weights), each point with a weight also gets the
 retention columns of :mod:`lmc.analysis.retention` (docs/science.md, "Initialisation
@@ -67,7 +69,7 @@ from .layers import (
     unfolded_sq_norm,
     weight_distance,
 )
-from .probes import Capture, Recorder, activation_name, resolve_probe_points
+from .probes import Capture, Recorder, activation_name, features_first, resolve_probe_points
 from .retention import RETENTION_KEYS, SHARED_RANK_RULE, layer_retention
 from .spectra import effective_rank, singular_values, stable_rank
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
@@ -153,7 +155,13 @@ class _ProbeStats:
         act = modules_a[point.preactivation] if point.preactivation else None
         self.activation = activation_name(act)
         self.endpoint = EndpointStats()
-        self.weak = WeakAdditivityStats(activation_function(act)) if act is not None else None
+        self.weak = None
+        if act is not None:
+            heads = point.layout == "heads"
+            self.weak = WeakAdditivityStats(
+                activation_function(act),
+                (lambda y: unit_rows(features_first(y, "heads"))) if heads else None,
+            )
         self.moments_a = SecondMomentStats()
         self.moments_b = SecondMomentStats()
         has_w = self.weight_module is not None
@@ -179,8 +187,10 @@ class _ProbeStats:
         self.endpoint.update(batch.aa, batch.ab, batch.bb)
         if self.weak is not None:
             self.weak.update(cap_a.pre, cap_b.pre)
-        source_a = cap_a.pre if cap_a.pre is not None else cap_a.output
-        source_b = cap_b.pre if cap_b.pre is not None else cap_b.output
+        # second moments of the pre-activation; of the output where there is none, or where it
+        # is attention's (q, k, v)
+        source_a = cap_a.pre if isinstance(cap_a.pre, torch.Tensor) else cap_a.output
+        source_b = cap_b.pre if isinstance(cap_b.pre, torch.Tensor) else cap_b.output
         self.moments_a.update(unit_rows(source_a))
         self.moments_b.update(unit_rows(source_b))
         if self.weight_module is not None:

@@ -35,6 +35,7 @@ from torch import nn
 
 from lmc.config import LmcError
 from lmc.models import ProbePoint, eval_mode
+from lmc.models.transformer import Attention
 
 WEIGHT_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 ACTIVATION_TYPES = (
@@ -58,10 +59,17 @@ ACTIVATION_TYPES = (
 
 
 def activation_name(module: nn.Module | None) -> str | None:
-    """Short lower-case name of an activation module (``relu``, ``gelu``, ...), or ``None``."""
+    """Short lower-case name of an activation module (``relu``, ``gelu``, ...; ``attention``
+    for the heads of a transformer), or ``None``."""
     if module is None:
         return None
-    names = {nn.ReLU: "relu", nn.LeakyReLU: "leaky_relu", nn.GELU: "gelu", nn.SiLU: "silu"}
+    names = {
+        nn.ReLU: "relu",
+        nn.LeakyReLU: "leaky_relu",
+        nn.GELU: "gelu",
+        nn.SiLU: "silu",
+        Attention: "attention",
+    }
     return names.get(type(module), type(module).__name__.lower())
 
 
@@ -141,9 +149,13 @@ def derive_probe_points(
 
 def features_first(tensor: torch.Tensor, layout: str) -> torch.Tensor:
     """``tensor`` as the analysis reads it: unchanged for the ``channels`` layout; a
-    ``tokens`` tensor (n, T, d) as (n, d, T), a view (tokens become positions)."""
+    ``tokens`` tensor (n, T, d) as (n, d, T), a view (tokens become positions); a ``heads``
+    tensor (n, heads, T, d_h) as (n, heads · d_h, T), head-major features."""
     if layout == "tokens" and tensor.dim() > 2:
         return tensor.movedim(-1, 1)
+    if layout == "heads" and tensor.dim() == 4:
+        n, heads, length, head_dim = tensor.shape
+        return tensor.transpose(2, 3).reshape(n, heads * head_dim, length)
     return tensor
 
 
@@ -152,12 +164,14 @@ class Capture:
     """The tensors of one probe point for one model and one batch, features first.
 
     ``output``: f_l, shape (n, d) or (n, C, *spatial) (a ``tokens`` point's (n, T, d) as
-    (n, d, T)). ``pre``: z~_l (input of the activation) or ``None``. ``inputs``: z_{l-1}
-    (input of the weight module) or ``None``; same layout.
+    (n, d, T); a ``heads`` point's (n, heads, T, d_h) as (n, heads · d_h, T)). ``pre``: z~_l
+    (input of the activation) or ``None``; for a ``heads`` point, the tuple (q, k, v) of the
+    heads' inputs as they were, (n, heads, T, d_h) each. ``inputs``: z_{l-1} (input of the
+    weight module) or ``None``; same layout as ``output``.
     """
 
     output: torch.Tensor | None = None
-    pre: torch.Tensor | None = None
+    pre: torch.Tensor | tuple[torch.Tensor, ...] | None = None
     inputs: torch.Tensor | None = None
 
 
@@ -213,6 +227,9 @@ class Recorder:
         copy = bool(getattr(module, "inplace", False))
 
         def hook(_module, inputs):
+            if layout == "heads" and field == "pre":
+                capture.pre = tuple(t.detach() for t in inputs)
+                return
             tensor = inputs[0].detach()
             setattr(capture, field, features_first(tensor.clone() if copy else tensor, layout))
 

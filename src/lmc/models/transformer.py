@@ -58,14 +58,32 @@ def complete_transformer(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class Attention(nn.Module):
+    """The heads' own computation, softmax(q kᵀ / √d_h) v, as a module of its own.
+
+    ``forward(q, k, v)`` takes (n, heads, T, d_h) tensors and returns the heads' outputs
+    (n, heads, T, d_h); with ``causal=True`` token t attends only to tokens 0..t. It has no
+    weights: it exists so the layerwise analysis can hook the heads' inputs (q, k, v) and
+    outputs (their weak additivity, docs/science.md), as it hooks an activation module.
+    """
+
+    def __init__(self, causal: bool = False) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention on (n, T, d).
 
     ``fused=False``: three Linear maps ``q``, ``k``, ``v`` (d -> d); ``fused=True``: one Linear
     ``qkv`` (d -> 3d) whose output is split into q, k, v (in that order). Each of q, k, v is
-    reshaped to (n, heads, T, d / heads); the heads compute softmax(q kᵀ / √(d / heads)) v,
-    where with ``causal=True`` token t attends only to tokens 0..t; the heads are merged back
-    to (n, T, d) and mapped by the Linear ``out``.
+    reshaped to (n, heads, T, d / heads); the heads compute softmax(q kᵀ / √(d / heads)) v
+    (the weightless module ``attend``, :class:`Attention`), where with ``causal=True`` token t
+    attends only to tokens 0..t; the heads are merged back to (n, T, d) and mapped by the
+    Linear ``out``.
     """
 
     def __init__(
@@ -88,6 +106,7 @@ class SelfAttention(nn.Module):
             self.q = nn.Linear(width, width, bias=bias)
             self.k = nn.Linear(width, width, bias=bias)
             self.v = nn.Linear(width, width, bias=bias)
+        self.attend = Attention(causal)
         self.out = nn.Linear(width, width, bias=bias)
 
     def _heads(self, t: torch.Tensor, n: Any, length: Any) -> torch.Tensor:
@@ -100,7 +119,7 @@ class SelfAttention(nn.Module):
         else:
             q, k, v = self.q(x), self.k(x), self.v(x)
         q, k, v = self._heads(q, n, length), self._heads(k, n, length), self._heads(v, n, length)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        y = self.attend(q, k, v)
         return self.out(y.transpose(1, 2).reshape(n, length, self.width))
 
 
@@ -170,17 +189,31 @@ def make_blocks(
 
 
 def block_probe_points(depth: int, prefix: str = "blocks") -> list[ProbePoint]:
-    """Per block i = 1..depth: ``mlp{i}`` (the MLP hidden units after the activation; weight
-    ``fc1``, pre-activation the activation's input) and ``block{i}`` (the residual stream after
-    the block), both in the ``tokens`` layout.
+    """Per block i = 1..depth: ``attn{i}`` (the heads' outputs before the output projection,
+    kind ``attention``, ``heads`` layout: the hooked module is ``attn.attend``, whose inputs
+    (q, k, v) play the pre-activation's part), ``mlp{i}`` (the MLP hidden units after the
+    activation; weight ``fc1``, pre-activation the activation's input) and ``block{i}`` (the
+    residual stream after the block), the last two in the ``tokens`` layout.
 
     ``layer`` counts weight layers along the longest path: the embedding is layer 1 and each
-    block adds four (v, the output projection, fc1, fc2), so ``mlp{i}`` is layer 4i and
-    ``block{i}`` layer 4i + 1; the logits after ``depth`` blocks are layer 4 depth + 2.
+    block adds four (v, the output projection, fc1, fc2), so ``attn{i}`` (after v) is layer
+    4i − 2, ``mlp{i}`` layer 4i and ``block{i}`` layer 4i + 1; the logits after ``depth``
+    blocks are layer 4 depth + 2.
     """
     points = []
     for i in range(1, depth + 1):
         base = f"{prefix}.{i - 1}"
+        points.append(
+            ProbePoint(
+                f"attn{i}",
+                LAYERS_PER_BLOCK * i - 2,
+                "attention",
+                f"{base}.attn.attend",
+                None,
+                f"{base}.attn.attend",
+                layout="heads",
+            )
+        )
         points.append(
             ProbePoint(
                 f"mlp{i}",
