@@ -24,9 +24,10 @@ The split is measured by wrapping those functions in this process (``weight_matc
 changed); the wrappers add a few microseconds per call.
 
     .venv/bin/python benchmarks/gpt2_matching.py [--n-layer 12] [--known] [--threads N]
-        [--init onepass] [--solver auto]
+        [--init onepass] [--solver auto] [--n-embd 768] [--n-head 12] [--vocab 50257]
 
-``--n-layer 2`` is a quick smoke run of the same code (seconds).
+``--n-layer 2`` is a quick smoke run of the same code (seconds); ``--n-layer 1 --n-embd 64
+--n-head 4 --vocab 512`` a GPT-2-shaped model small enough for a test.
 """
 
 from __future__ import annotations
@@ -86,11 +87,13 @@ def _timed(module, name: str, totals: dict[str, float], key: str) -> None:
     setattr(module, name, wrapper)
 
 
-def _models(n_layer: int):
+def _models(n_layer: int, n_embd: int, n_head: int, vocab: int):
     import transformers
 
     transformers.logging.set_verbosity_error()
-    config = transformers.GPT2Config(n_layer=n_layer)
+    config = transformers.GPT2Config(
+        n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab
+    )
     models = []
     for seed in (0, 1):
         torch.manual_seed(seed)
@@ -108,6 +111,9 @@ def _size(model: torch.nn.Module) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-layer", type=int, default=12, help="GPT-2 blocks (default 12)")
+    parser.add_argument("--n-embd", type=int, default=768, help="width (default 768)")
+    parser.add_argument("--n-head", type=int, default=12, help="heads (default 12)")
+    parser.add_argument("--vocab", type=int, default=50257, help="vocabulary (default 50257)")
     parser.add_argument("--known", action="store_true", help="B = a random permutation of A")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument(
@@ -129,7 +135,7 @@ def main() -> None:
         weight_matching,
     )
 
-    config, (model_a, model_b) = _models(args.n_layer)
+    config, (model_a, model_b) = _models(args.n_layer, args.n_embd, args.n_head, args.vocab)
     n_params = sum(p.numel() for p in model_a.parameters())
     size = _size(model_a) + _size(model_b)
     print(

@@ -59,18 +59,20 @@ def test_interrupted_sweep_resumes_without_retraining(tmp_path):
 def test_local_and_ray_executors_agree(tmp_path):
     from lmc.experiments import RayExecutor
 
+    # one worker each: results do not depend on the number of workers (test_workers_identity),
+    # and one Ray worker starts (and imports torch) once instead of twice
     study = resolve({**TINY, "merge": {"methods": ["none"], "lambdas": 5}})
     local = run_study(
         study,
         tmp_path / "local",
-        executor=LocalExecutor(2),
+        executor=LocalExecutor(1),
         runs_dir=tmp_path / "runs-local",
         quiet=True,
     )
     ray = run_study(
         study,
         tmp_path / "ray",
-        executor=RayExecutor(num_cpus=2),
+        executor=RayExecutor(num_cpus=1),
         runs_dir=tmp_path / "runs-ray",
         quiet=True,
     )

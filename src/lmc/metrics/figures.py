@@ -96,6 +96,23 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = DPI) -> bytes:
     return buffer.getvalue()
 
 
+def figure_formats(fig: Figure, formats: Sequence[str], dpi: int = DPI) -> list[bytes]:
+    """``fig`` encoded once per format (:func:`figure_bytes`). The figure's layout engine
+    (constrained layout, the costliest part of a draw) runs for the first format only; the
+    others reuse the axes' positions it set, so every format shows the same layout."""
+    out = []
+    engine = fig.get_layout_engine()
+    try:
+        for i, fmt in enumerate(formats):
+            if i == 1 and engine is not None:
+                fig.set_layout_engine("none")
+            out.append(figure_bytes(fig, fmt, dpi))
+    finally:
+        if engine is not None and fig.get_layout_engine() is not engine:
+            fig.set_layout_engine(engine)
+    return out
+
+
 def save_figure(
     fig: Figure,
     path: str | os.PathLike,
@@ -109,9 +126,8 @@ def save_figure(
     if unknown or not formats:
         raise LmcError(f"formats must be some of png, svg, pdf, got {list(formats)}")
     written = []
-    for fmt in formats:
+    for fmt, data in zip(formats, figure_formats(fig, formats, dpi), strict=True):
         target = Path(path).with_suffix(f".{fmt}")
-        data = figure_bytes(fig, fmt, dpi)
         with atomic_path(target) as tmp:
             Path(tmp).write_bytes(data)
         written.append(target)

@@ -23,7 +23,7 @@ from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 from lmc.metrics.figures import (  # noqa: F401  (the shared look, re-exported for the figures)
     DPI,
     SCREEN_DPI,
-    figure_bytes,
+    figure_formats,
     finish_axes,
     log_scale,
     new_figure,
@@ -86,7 +86,8 @@ class Rendered:
 def render(fig: Figure) -> Rendered:
     """``fig`` as PNG (at ``DPI``) and SVG; the figure is cleared afterwards to free memory."""
     size = tuple(float(v) for v in fig.get_size_inches())
-    out = Rendered(figure_bytes(fig, "png", DPI), figure_bytes(fig, "svg"), size)
+    png, svg = figure_formats(fig, ("png", "svg"), DPI)
+    out = Rendered(png, svg, size)
     fig.clear()
     return out
 
