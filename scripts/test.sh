@@ -3,7 +3,9 @@
 # transformers for the Hugging Face models, pandas for to_dataframe, tensorboard for the logger,
 # lapx for the fast assignment solver; LMC_EXTRAS overrides the comma-separated list), fetch
 # the real Fashion-MNIST files where Debian's package can be installed, lint, then run pytest.
-# Extra arguments go to pytest (e.g. -k weight_matching, -m "not slow").
+# pytest runs its tests in parallel processes (pytest-xdist: one per CPU core, at most 4; each
+# test at one PyTorch thread, so two cores run the suite in about half the time); -n 0 runs
+# them in this process. Extra arguments go to pytest (e.g. -k weight_matching, -m "not slow").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LMC_EXTRAS=${LMC_EXTRAS-ray,hf,pandas,tensorboard,fast} bash scripts/setup.sh
@@ -13,4 +15,4 @@ if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$(id -u)" = 0 ] && command -
     >/dev/null 2>&1 || echo "test: could not install dataset-fashion-mnist; its tests will skip" >&2
 fi
 .venv/bin/ruff check src tests benchmarks
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q -n auto --maxprocesses 4 "$@"
