@@ -22,7 +22,10 @@ def test_a_study_of_gpts_on_text_runs_end_to_end(tmp_path):
         "model": {"name": "gpt", "depth": 1, "heads": 2},
         "sweep": {"widths": [8], "pairs": 1},
         "train": {"epochs": 1, "optimizer": "adam", "lr": 1e-3},
-        "merge": {"methods": ["none", "weight", "orthogonal"], "lambdas": 3},
+        "merge": {
+            "methods": ["none", "weight", "orthogonal", "orthogonal-activation"],
+            "lambdas": 3,
+        },  # fmt: skip
         "analysis": {"enabled": True, "max_examples": 20},
     }
     study = resolve(raw)
@@ -30,7 +33,8 @@ def test_a_study_of_gpts_on_text_runs_end_to_end(tmp_path):
                        runs_dir=tmp_path / "runs", quiet=True)  # fmt: skip
     assert record["status"] == "finished"
     rows = list(csv.DictReader((tmp_path / "o" / "table1.csv").open()))
-    assert sorted(r["method"] for r in rows) == ["none", "orthogonal", "weight"]
+    methods = ["none", "orthogonal", "orthogonal-activation", "weight"]
+    assert sorted(r["method"] for r in rows) == methods
     for row in rows:
         assert float(row["endpoint_train_loss_mean"]) > 0
         assert row["calibrated_midpoint_loss_barrier_mean"] not in ("", "nan")
@@ -41,7 +45,7 @@ def test_a_study_of_gpts_on_text_runs_end_to_end(tmp_path):
         assert run.config["model_options"]["context"] == 12
         assert (run.path / "tokenizer.json").is_file()
     layers = list(csv.DictReader((tmp_path / "o" / "layers.csv").open()))
-    assert layers and {r["method"] for r in layers} == {"none", "orthogonal", "weight"}
+    assert layers and {r["method"] for r in layers} == set(methods)
 
 
 def _ratio_study(corpus, **sweep):

@@ -34,16 +34,20 @@ def _pair():
 
 def test_builtin_methods_are_records_in_their_old_order():
     assert method_names() == (
-        "none", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned"
+        "none", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
+        "orthogonal-activation",
     )  # fmt: skip
     assert METHODS == (
-        "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned", "none"
+        "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
+        "orthogonal-activation", "none",
     )  # fmt: skip
     assert SETTINGS["weight"] == {
         "max_iter": 100, "tol": 1e-4, "init": "onepass", "restarts": 1, "solver": "auto"
     }  # fmt: skip
     assert get_method("ste").needs_labels and get_method("ste").needs_data
     assert get_method("activation").needs_data and not get_method("activation").needs_labels
+    oa = get_method("orthogonal-activation")
+    assert oa.needs_data and not oa.needs_labels and oa.canonical
     assert not get_method("weight").needs_data
     assert study_keys()["weight_init"][1].legacy == "identity"
 

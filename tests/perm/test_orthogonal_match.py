@@ -6,6 +6,8 @@ map found is the inverse of the one applied)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -95,3 +97,48 @@ def test_cross_product_and_refusals() -> None:
         orthogonal_weight_matching(spec, state, state, orthogonal_groups=["nope"])
     with pytest.raises(LmcError, match="SymmetrySpec"):
         orthogonal_weight_matching(spec.spec, state, state)
+
+
+@pytest.mark.parametrize("builder", [_gpt, _vit, _hf_gpt2], ids=["gpt", "vit", "hf_gpt2"])
+def test_orthogonal_activation_matching_recovers_a_known_map(builder) -> None:
+    """Procrustes on the stream's features and activation matching for the rest: the aligned
+    B equals A, and the stream map found is the inverse of the one applied."""
+    from lmc.perm.orthogonal_activation import orthogonal_activation_matching
+
+    model, x = builder()
+    model = canonicalize(model.double().eval())
+    spec = symmetry_spec(model, x)
+    (stream,) = default_orthogonal_groups(spec)
+    state_a = model.state_dict()
+    known = dict(random_alignment(spec, 5, "permutation"))
+    known[stream] = Orthogonal.random(spec.group_sizes[stream], 6)
+    model_b = copy.deepcopy(model)
+    model_b.load_state_dict(Alignment(known).apply(spec, state_a))
+    inputs = x.repeat(8, *[1] * (x.dim() - 1))
+    if inputs.is_floating_point():
+        inputs = torch.randn(inputs.shape, generator=torch.Generator().manual_seed(1),
+                             dtype=inputs.dtype)  # fmt: skip
+    else:
+        inputs = torch.randint(0, 11, inputs.shape, generator=torch.Generator().manual_seed(1))
+    result = orthogonal_activation_matching(spec, model, model_b, inputs, batch_size=5)
+    aligned = result.alignment.apply(spec, model_b.state_dict())
+    for name, want in state_a.items():
+        assert torch.allclose(aligned[name], want, rtol=0, atol=1e-6), name
+    assert result.orthogonal_groups == (stream,) and result.examples == inputs.shape[0]
+    q_found, q_known = result.alignment[stream].matrix(), known[stream].matrix()
+    assert torch.allclose(q_found @ q_known, torch.eye(WIDTH, dtype=torch.float64), atol=1e-8)
+
+
+def test_orthogonal_activation_matching_refuses_what_it_cannot_do() -> None:
+    from lmc.perm.orthogonal_activation import orthogonal_activation_matching
+
+    model, x = _gpt()
+    model = canonicalize(model.double().eval())
+    spec = symmetry_spec(model, x)
+    with pytest.raises(LmcError, match="statistic"):
+        orthogonal_activation_matching(spec, model, model, x, statistic="moment")
+    nested = next(iter(spec.heads))
+    with pytest.raises(LmcError, match="not a dense orthogonal map"):
+        orthogonal_activation_matching(spec, model, model, x, orthogonal_groups=[nested])
+    with pytest.raises(LmcError, match="SymmetrySpec"):
+        orthogonal_activation_matching(spec.spec, model, model, x)

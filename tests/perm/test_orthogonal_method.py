@@ -83,7 +83,8 @@ def test_original_models_are_canonicalised_and_the_function_is_kept():
     assert result.info["objective_after"] >= result.info["objective_before"]
 
 
-def test_run_pair_measures_the_path_between_the_canonical_models():
+@pytest.mark.parametrize("method", ["orthogonal", "orthogonal-activation"])
+def test_run_pair_measures_the_path_between_the_canonical_models(method):
     text = "the quick brown fox jumps over the lazy dog. " * 40
     data = build_text_dataset("t", text, context=CONTEXT)
     vocab = data.vocab_size
@@ -94,13 +95,13 @@ def test_run_pair_measures_the_path_between_the_canonical_models():
 
     a, b = gpt(0), gpt(1)
     path = PathSettings(lambdas=3, calibrate=False)
-    settings = PairSettings(align="orthogonal", path=path, analysis=AnalysisOptions(lambdas=[0.5]))
+    settings = PairSettings(align=method, path=path, analysis=AnalysisOptions(lambdas=[0.5]))
     plain = run_pair(a, b, data, PairSettings(path=path))
     rotated = run_pair(a, b, data, settings)
     # the endpoints are the same functions: their losses agree with the plain path's
     assert rotated.path.loss[0] == pytest.approx(plain.path.loss[0], rel=1e-5)
     assert rotated.path.loss[-1] == pytest.approx(plain.path.loss[-1], rel=1e-5)
-    assert rotated.alignment["method"] == "orthogonal" and rotated.alignment["canonical"]
+    assert rotated.alignment["method"] == method and rotated.alignment["canonical"]
     assert rotated.perm is None  # not a permutation
     assert rotated.path.loss[1] != pytest.approx(plain.path.loss[1], rel=1e-6)
     assert {r["lam"] for r in rotated.analysis.records} == {0.5}  # analysed in canonical form
@@ -112,3 +113,21 @@ def test_lmc_align_refuses_a_canonical_method_with_what_to_do_instead():
     args = argparse.Namespace(method="orthogonal")
     with pytest.raises(LmcError, match="interpolate/analyze --align orthogonal"):
         run(args)
+
+
+def test_orthogonal_activation_recovers_a_known_rotation_through_align():
+    """A rotated and permuted copy of a canonical GPT, aligned by its features."""
+    a = canonicalize(_gpt(0).eval())
+    x = _tokens(12)
+    spec = symmetry_spec(a, x[:2])
+    (stream,) = default_orthogonal_groups(spec)
+    known = dict(random_alignment(spec, 2, "permutation"))
+    known[stream] = Orthogonal.random(spec.group_sizes[stream], 3)
+    b = canonicalize(_gpt(0).eval())
+    b.load_state_dict(Alignment(known).apply(spec, a.state_dict()))
+    result = align("orthogonal-activation", a, b, inputs=x)
+    for name, want in a.state_dict().items():
+        assert torch.allclose(result.state_dict[name], want, atol=1e-6), name
+    assert result.info["canonical"] is True and result.info["orthogonal_groups"] == [stream]
+    assert result.info["examples"] == 12
+    assert result.info["distance_from_permutation"][stream] > 0.1  # a rotation, not a shuffle

@@ -386,6 +386,7 @@ ALTERNATIVES = {
     ("sweep", "seed"): lambda v: v + 10,  # + 1 would give pair 0's A the old B's seeds
     ("merge", "methods"): lambda v: [*v, "random"],
     ("merge", "activation_max_examples"): lambda v: 16,
+    ("merge", "orthogonal_activation_max_examples"): lambda v: 16,
     ("merge", "ste_holdout"): lambda v: 8,
     ("merge", "learned_holdout"): lambda v: 8,
     ("merge", "lambdas"): lambda v: v + 1 if isinstance(v, int) else [0.25],

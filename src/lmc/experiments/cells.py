@@ -20,7 +20,17 @@ TEXT_COLUMNS = frozenset({"dataset", "model", "method", "split", "bn", "name", "
 INT_COLUMNS = frozenset({"pair", "layer", "pairs"})
 REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")
 # Canonical order of merge methods in figures and tables; unknown methods follow, sorted.
-METHOD_ORDER = ("none", "weight", "onepass", "activation", "ste", "orthogonal", "learned", "random")
+METHOD_ORDER = (
+    "none",
+    "weight",
+    "onepass",
+    "activation",
+    "ste",
+    "orthogonal",
+    "orthogonal-activation",
+    "learned",
+    "random",
+)
 
 
 def number(value: Any) -> float:

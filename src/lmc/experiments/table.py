@@ -128,7 +128,8 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     on a bound enters a mean; ``undefined_calibration_pairs`` counts the pairs with an
     undefined calibration at λ = 0, ½ or 1 (their calibrated barrier is undefined) or of the
     ensemble at λ = ½. Rows are sorted by weight decay (descending), method (none, weight, onepass,
-    activation, ste, orthogonal, learned, random: `cells.METHOD_ORDER`), width.
+    activation, ste, orthogonal, orthogonal-activation, learned, random: `cells.METHOD_ORDER`),
+    width.
     """
     groups: dict[tuple, dict[int, list[dict[str, Any]]]] = {}
     for raw in results:

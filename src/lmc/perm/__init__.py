@@ -22,8 +22,9 @@ spec (:mod:`.symmetry`); ``Permutation`` / ``Orthogonal`` / ``Invertible`` are t
 kinds of one group (:mod:`.transforms`); an ``Alignment`` maps every group to its transform
 (:mod:`.alignment_map`; ``Alignment.from_permutation(result.perm)`` converts today's
 permutations); ``orthogonal_weight_matching`` solves the stream by Procrustes
-(:mod:`.orthogonal_match`), ``learned_alignment`` trains rotations on the path's loss from there
-(:mod:`.learned`).
+(:mod:`.orthogonal_match`), ``orthogonal_activation_matching`` the same from features
+(:mod:`.orthogonal_activation`), ``learned_alignment`` trains rotations on the path's loss
+from there (:mod:`.learned`).
 """
 
 from lmc.models.compare import check_same_architecture
@@ -45,6 +46,7 @@ from .ops import (
     moved_fraction,
     random_permutation,
 )
+from .orthogonal_activation import OrthogonalActivationResult, orthogonal_activation_matching
 from .orthogonal_match import OrthogonalMatchResult, orthogonal_weight_matching
 from .spec import PermutationSpec, Segment, axis_index
 from .ste import SteMatchingResult, ste_matching
@@ -92,6 +94,7 @@ __all__ = [
     "Invertible",
     "Orthogonal",
     "LearnedAlignmentResult",
+    "OrthogonalActivationResult",
     "OrthogonalMatchResult",
     "Permutation",
     "SymmetrySpec",
@@ -100,6 +103,7 @@ __all__ = [
     "canonical_state",
     "canonicalize",
     "learned_alignment",
+    "orthogonal_activation_matching",
     "orthogonal_weight_matching",
     "random_alignment",
     "stream_layout",

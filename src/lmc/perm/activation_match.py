@@ -183,6 +183,105 @@ def hook_points(
     return points
 
 
+@dataclass
+class FeatureStatistics:
+    """What one pass over the inputs collected: per group with features, its
+    :class:`CrossStats` (``stats``); per group, where its features were read (``points``:
+    :func:`hook_points` records, empty for a group without features); ``examples`` seen."""
+
+    stats: dict[str, CrossStats]
+    points: dict[str, list[tuple[str, int, int, int, int]]]
+    examples: int
+
+
+def feature_statistics(
+    spec: PermutationSpec,
+    model_a: nn.Module,
+    model_b: nn.Module,
+    inputs: torch.Tensor | Iterable[Any],
+    *,
+    batch_size: int = 256,
+    quiet: bool = True,
+) -> FeatureStatistics:
+    """Stream both models over ``inputs`` (eval mode, restored afterwards; on the device of
+    ``model_a``) and accumulate, for every group of ``spec`` that has features, the float64
+    statistics of A's and B's features (module docstring: where features are read). Warns
+    for a plain group that no traced layer reads or writes (it has no statistics)."""
+    if batch_size < 1:
+        raise LmcError(f"batch size must be positive, got {batch_size}")
+    device = module_device(model_a)
+    example = next(_batches(inputs, batch_size, device), None)
+    if example is None or example.shape[0] == 0:
+        raise LmcError("activation matching got no input examples")
+    points = hook_points(spec, model_a, example)
+    nodes = sorted({p[0] for pts in points.values() for p in pts})
+    nested = nested_of(spec.heads)
+    unmatched = [
+        g for g, pts in points.items() if not pts and g not in spec.heads and g not in nested
+    ]
+    for g in unmatched:
+        warnings.warn(
+            f"lmc.perm: no layer reads or writes group {g!r} in the traced graph; "
+            "activation matching leaves it as the identity",
+            stacklevel=3,
+        )
+    sizes = spec.group_sizes
+    stats = {g: CrossStats(sizes[g], device) for g, pts in points.items() if pts}
+    examples = 0
+    cap_a, cap_b = _Capture(model_a, nodes, example), _Capture(model_b, nodes, example)
+    with eval_mode(model_a, model_b), torch.no_grad():
+        for x in progress(
+            _batches(inputs, batch_size, device), quiet=quiet, desc="activation statistics"
+        ):
+            examples += x.shape[0]
+            values_a = cap_a(x)
+            values_b = cap_b(x)
+            for g, acc in stats.items():
+                for node, dim, offset, size, repeat in points[g]:
+                    acc.update(
+                        _features(values_a[node], dim, offset, size, repeat),
+                        _features(values_b[node], dim, offset, size, repeat),
+                    )
+            del values_a, values_b
+    return FeatureStatistics(stats, points, examples)
+
+
+def assign_groups(
+    spec: PermutationSpec, matrices: dict[str, torch.Tensor], skip: Iterable[str] = ()
+) -> dict[str, torch.Tensor]:
+    """Permutations from per-group similarity ``matrices`` (rows: A's units): one assignment
+    per plain group, :func:`lmc.perm.heads.nested_assignment` for a head group with the groups
+    nested in it; the identity where a group has no matrix (heads: with a warning), and for
+    the groups in ``skip`` (solved otherwise by the caller)."""
+    skip = set(skip)
+    sizes = spec.group_sizes
+    nested = nested_of(spec.heads)
+    perm = identity_permutation(spec)
+    for g, m in matrices.items():
+        if g not in spec.heads and g not in nested and g not in skip:
+            perm[g] = linear_assignment(m)
+    for head, members in nested.items():
+        if head not in matrices and not any(m in matrices for m in members):
+            warnings.warn(
+                f"lmc.perm: no traced layer reads or writes the heads {head!r} (or the dims "
+                "nested in them); activation matching leaves them as the identity",
+                stacklevel=3,
+            )
+            continue
+        inner = [m for m in members if m in matrices]
+        head_perm, flats, _ = nested_assignment(
+            matrices.get(head), [matrices[m] for m in inner], sizes[head]
+        )
+        perm[head] = head_perm
+        for m, p in zip(inner, flats):
+            perm[m] = p
+        for m in members:
+            if m not in matrices:  # no features: identity within heads, heads as chosen
+                d = sizes[m] // sizes[head]
+                perm[m] = (head_perm[:, None] * d + torch.arange(d)[None, :]).reshape(-1)
+    return perm
+
+
 def activation_matching(
     spec: PermutationSpec,
     model_a: nn.Module,
@@ -207,68 +306,12 @@ def activation_matching(
         raise LmcError(
             f"unknown activation statistic {method!r}: choose one of {', '.join(STATISTICS)}"
         )
-    if batch_size < 1:
-        raise LmcError(f"batch size must be positive, got {batch_size}")
-    device = module_device(model_a)
-    example = next(_batches(inputs, batch_size, device), None)
-    if example is None or example.shape[0] == 0:
-        raise LmcError("activation matching got no input examples")
-    points = hook_points(spec, model_a, example)
-    nodes = sorted({p[0] for pts in points.values() for p in pts})
-    perm = identity_permutation(spec)
-    nested = nested_of(spec.heads)
-    unmatched = [
-        g for g, pts in points.items() if not pts and g not in spec.heads and g not in nested
-    ]
-    for g in unmatched:
-        warnings.warn(
-            f"lmc.perm: no layer reads or writes group {g!r} in the traced graph; "
-            "activation matching leaves it as the identity",
-            stacklevel=2,
-        )
-    sizes = spec.group_sizes
-    stats = {g: CrossStats(sizes[g], device) for g, pts in points.items() if pts}
-    examples = 0
-    cap_a, cap_b = _Capture(model_a, nodes, example), _Capture(model_b, nodes, example)
-    with eval_mode(model_a, model_b), torch.no_grad():
-        for x in progress(
-            _batches(inputs, batch_size, device), quiet=quiet, desc="activation statistics"
-        ):
-            examples += x.shape[0]
-            values_a = cap_a(x)
-            values_b = cap_b(x)
-            for g, acc in stats.items():
-                for node, dim, offset, size, repeat in points[g]:
-                    acc.update(
-                        _features(values_a[node], dim, offset, size, repeat),
-                        _features(values_b[node], dim, offset, size, repeat),
-                    )
-            del values_a, values_b
-    matrices = {g: acc.finalize(method) for g, acc in stats.items()}
-    for g, m in matrices.items():
-        if g not in spec.heads and g not in nested:
-            perm[g] = linear_assignment(m)
-    for head, members in nested.items():
-        if head not in matrices and not any(m in matrices for m in members):
-            warnings.warn(
-                f"lmc.perm: no traced layer reads or writes the heads {head!r} (or the dims "
-                "nested in them); activation matching leaves them as the identity",
-                stacklevel=2,
-            )
-            continue
-        inner = [m for m in members if m in matrices]
-        head_perm, flats, _ = nested_assignment(
-            matrices.get(head), [matrices[m] for m in inner], sizes[head]
-        )
-        perm[head] = head_perm
-        for m, p in zip(inner, flats):
-            perm[m] = p
-        for m in members:
-            if m not in matrices:  # no features: identity within heads, heads as chosen
-                d = sizes[m] // sizes[head]
-                perm[m] = (head_perm[:, None] * d + torch.arange(d)[None, :]).reshape(-1)
+    features = feature_statistics(
+        spec, model_a, model_b, inputs, batch_size=batch_size, quiet=quiet
+    )
+    matrices = {g: acc.finalize(method) for g, acc in features.stats.items()}
     return ActivationMatchingResult(
-        perm=perm,
-        examples=examples,
-        points={g: tuple(p[0] for p in pts) for g, pts in points.items()},
+        perm=assign_groups(spec, matrices),
+        examples=features.examples,
+        points={g: tuple(p[0] for p in pts) for g, pts in features.points.items()},
     )

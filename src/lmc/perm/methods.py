@@ -377,6 +377,27 @@ def _orthogonal(job: AlignJob, *, max_iter: int, tol: float) -> MethodOutput:
     return MethodOutput(om.alignment, extras)
 
 
+def _orthogonal_activation(
+    job: AlignJob, *, batch_size: int, statistic: str, max_examples: int | None
+) -> MethodOutput:
+    from .orthogonal_activation import orthogonal_activation_matching
+    from .orthogonal_match import distance_from_permutation
+
+    data = job.inputs if max_examples is None else job.inputs[:max_examples]
+    result = orthogonal_activation_matching(
+        job.symmetry, job.model_a, job.model_b, data, batch_size=batch_size,
+        statistic=statistic, quiet=job.quiet,
+    )  # fmt: skip
+    extras = {
+        "examples": result.examples,
+        "orthogonal_groups": list(result.orthogonal_groups),
+        "distance_from_permutation": {
+            g: distance_from_permutation(result.alignment[g]) for g in result.orthogonal_groups
+        },
+    }
+    return MethodOutput(result.alignment, extras)
+
+
 def _learned(job: AlignJob, **settings: Any) -> MethodOutput:
     from .learned import learned_alignment
     from .orthogonal_match import distance_from_permutation
@@ -449,8 +470,37 @@ def _weight_settings() -> tuple[MethodSetting, ...]:
     )
 
 
-def _register_builtins() -> None:
+def _activation_settings() -> tuple[MethodSetting, ...]:
+    """The settings of the methods that read features (activation matching, orthogonal
+    activation matching)."""
     from .activation_match import STATISTICS
+
+    return (
+        MethodSetting(
+            "batch_size",
+            256,
+            "batch size of the statistics pass",
+            minimum=1,
+            affects_result=False,
+        ),  # fmt: skip
+        MethodSetting(
+            "statistic",
+            "correlation",
+            "what is matched: the cross-correlation or the cross-covariance of units",
+            type=str,
+            choices=STATISTICS,
+        ),
+        MethodSetting(
+            "max_examples",
+            None,
+            "at most this many of the training examples it is given (none: all)",
+            minimum=1,
+            optional=True,
+        ),
+    )
+
+
+def _register_builtins() -> None:
 
     register_method(AlignmentMethod("none", _none, "no alignment: B as it is (the identity)"))
     register_method(
@@ -467,29 +517,7 @@ def _register_builtins() -> None:
             _activation,
             "activation matching: one assignment per layer on the correlation of A's and B's "
             "features over training examples",
-            settings=(
-                MethodSetting(
-                    "batch_size",
-                    256,
-                    "batch size of the statistics pass",
-                    minimum=1,
-                    affects_result=False,
-                ),  # fmt: skip
-                MethodSetting(
-                    "statistic",
-                    "correlation",
-                    "what is matched: the cross-correlation or the cross-covariance of units",
-                    type=str,
-                    choices=STATISTICS,
-                ),
-                MethodSetting(
-                    "max_examples",
-                    None,
-                    "at most this many of the training examples it is given (none: all)",
-                    minimum=1,
-                    optional=True,
-                ),
-            ),
+            settings=_activation_settings(),
             needs_data=True,
         )
     )
@@ -586,6 +614,19 @@ def _register_builtins() -> None:
                 MethodSetting("max_iter", 20, "the closed form's most rounds", minimum=1),
             ),
             needs_labels=True,
+            canonical=True,
+        )
+    )
+
+    register_method(
+        AlignmentMethod(
+            "orthogonal-activation",
+            _orthogonal_activation,
+            "orthogonal activation matching of pre-LN transformers: in the canonical form, the "
+            "orthogonal map of the residual stream closest on training examples' features "
+            "(Procrustes) and activation matching of MLP units, heads and head dims",
+            settings=_activation_settings(),
+            needs_data=True,
             canonical=True,
         )
     )

@@ -177,6 +177,20 @@ def default_orthogonal_groups(spec: SymmetrySpec) -> list[str]:
     ]
 
 
+def check_orthogonal_groups(spec: SymmetrySpec, groups: Iterable[str]) -> None:
+    """``LmcError`` unless every one of ``groups`` is a group of ``spec`` that admits a dense
+    orthogonal map (not nested in heads)."""
+    sizes = spec.group_sizes
+    for g in groups:
+        if g not in sizes:
+            raise LmcError(f"{g!r} is not a group of the spec")
+        if g in spec.heads or kind_rank(spec.kinds[g]) < kind_rank("orthogonal"):
+            raise LmcError(
+                f"group {g!r} admits {spec.kinds[g]} maps only (nested groups: permutations "
+                "here), not a dense orthogonal map"
+            )
+
+
 def orthogonal_weight_matching(
     spec: SymmetrySpec,
     state_a: Mapping[str, torch.Tensor],
@@ -195,14 +209,7 @@ def orthogonal_weight_matching(
         raise LmcError("orthogonal weight matching needs a SymmetrySpec (lmc.perm.symmetry)")
     sizes = spec.group_sizes
     orth = list(default_orthogonal_groups(spec) if orthogonal_groups is None else orthogonal_groups)
-    for g in orth:
-        if g not in sizes:
-            raise LmcError(f"{g!r} is not a group of the spec")
-        if g in spec.heads or kind_rank(spec.kinds[g]) < kind_rank("orthogonal"):
-            raise LmcError(
-                f"group {g!r} admits {spec.kinds[g]} maps only (nested groups: permutations "
-                "here), not a dense orthogonal map"
-            )
+    check_orthogonal_groups(spec, orth)
     perm_spec = _without(spec.spec, set(orth))
     perm_groups = [g for g in sizes if g not in orth]
     transforms: dict[str, Transform] = {g: Permutation.identity(n) for g, n in sizes.items()}
@@ -250,6 +257,7 @@ def orthogonal_weight_matching(
 
 __all__ = [
     "OrthogonalMatchResult",
+    "check_orthogonal_groups",
     "cross_product",
     "default_orthogonal_groups",
     "distance_from_permutation",
