@@ -14,7 +14,7 @@ from lmc.perm import Alignment, Orthogonal, align
 from lmc.perm.canonical import canonicalize
 from lmc.perm.learned import _apply_rotations, learnable_groups, learned_alignment
 from lmc.perm.symmetry import symmetry_spec
-from lmc.perm.transforms import Permutation
+from lmc.perm.transforms import Invertible, Permutation
 
 WIDTH, HEADS, CONTEXT = 8, 2, 6
 TEXT = "the quick brown fox jumps over the lazy dog. " * 60
@@ -41,7 +41,9 @@ def test_the_learnable_groups_are_the_stream_and_the_within_head_dims(pair):
     assert learnable_groups(spec, heads=False) == {"tok": 1}
 
 
-def test_differentiable_rotations_agree_with_the_alignment(pair):
+@pytest.mark.parametrize("head_maps", ["orthogonal", "invertible"])
+def test_differentiable_rotations_agree_with_the_alignment(pair, head_maps):
+    """The maps applied by role (R on out axes, R^-T on in axes) are the Alignment's."""
     a, _, spec, _ = pair
     gen = torch.Generator().manual_seed(3)
     rotations, transforms = {}, {}
@@ -50,8 +52,9 @@ def test_differentiable_rotations_agree_with_the_alignment(pair):
         if heads is None:
             transforms[g] = Permutation.identity(size)
             continue
-        q = Orthogonal.random(size, gen, heads=heads, head=torch.arange(heads))
-        rotations[g], transforms[g] = q.blocks, q
+        kind = Invertible if head_maps == "invertible" and g in spec.heads else Orthogonal
+        q = kind.random(size, gen, heads=heads, head=torch.arange(heads))
+        rotations[g], transforms[g] = (q.blocks, torch.linalg.inv(q.blocks).transpose(1, 2)), q
     state = {k: v.double() for k, v in a.state_dict().items()}
     mine = _apply_rotations(spec, state, rotations)
     theirs = Alignment(transforms).apply(spec, state)
@@ -80,6 +83,26 @@ def test_training_lowers_the_held_out_midpoint_loss_and_keeps_b_s_function(pair)
     x = data.x_test[:4]
     with torch.no_grad():
         assert torch.allclose(moved(x), b(x), atol=1e-4)  # a symmetry: B's function kept
+
+
+def test_invertible_head_maps_are_learned_and_keep_b_s_function(pair):
+    a, b, spec, data = pair
+    result = learned_alignment(spec, a, b, data.x_train, data.y_train, steps=20, lr=0.05,
+                               batch_size=16, lambdas="midpoint", holdout=40,
+                               head_maps="invertible")  # fmt: skip
+    assert result.best_loss < result.initial_loss and result.best_step > 0
+    moved = canonicalize(b)
+    moved.load_state_dict(result.alignment.apply(spec, b.state_dict()))
+    x = data.x_test[:4]
+    with torch.no_grad():
+        assert torch.allclose(moved(x), b(x), atol=1e-4)  # q^T k and v/out products kept
+    for g in spec.spec.heads:  # the kept maps within heads are invertible, not orthogonal
+        blocks = result.alignment[g].blocks
+        assert result.alignment[g].kind == "invertible", g
+        gram = blocks.transpose(1, 2) @ blocks
+        assert not torch.allclose(gram, torch.eye(gram.shape[-1], dtype=gram.dtype), atol=1e-6)
+    with pytest.raises(LmcError, match="head_maps"):
+        learned_alignment(spec, a, b, data.x_train, data.y_train, steps=0, head_maps="affine")
 
 
 def test_the_method_runs_through_align_with_its_settings(pair):

@@ -7,12 +7,19 @@ group g, applied on top of B₁:
 
 - the residual stream (dense, d × d);
 - with ``heads``, every attention group's within-head dims (block-diagonal: one d_h × d_h block
-  per head, the heads keeping their matched order; q/k and v/out admit any invertible map
-  within a head, orthogonal ones are the subgroup learned here). MLP units keep their matched
-  permutation (an elementwise nonlinearity admits nothing else).
+  per head, the heads keeping their matched order). q/k and v/out admit any invertible map
+  within a head: ``head_maps = "orthogonal"`` (default) learns the orthogonal subgroup,
+  ``"invertible"`` the invertible maps. MLP units keep their matched permutation (an
+  elementwise nonlinearity admits nothing else).
 
-Each R_g = exp(S_g − S_gᵀ) (the matrix exponential of a skew-symmetric matrix: always
-orthogonal), S_g = 0 at the start (R = I: the closed form). At every step λ is drawn
+Each orthogonal R_g = exp(S_g − S_gᵀ) (the matrix exponential of a skew-symmetric matrix:
+always orthogonal); each invertible one R_g = exp(S_g) (always invertible, with determinant
+exp(tr S_g) > 0: the maps connected to the identity). S_g = 0 at the start (R = I: the closed
+form). An axis holding the units' coordinates (role ``out``: q, v rows) is mapped by R, one that
+pairs with them (role ``in``: k rows, the output projection's columns) by R⁻ᵀ = exp(−S_gᵀ), so
+B's function is kept exactly (qᵀk = (R q)ᵀ(R⁻ᵀ k); :mod:`lmc.perm.transforms`).
+
+At every step λ is drawn
 (``lambdas = "uniform"``: U(0, 1), a fresh draw per step; ``"midpoint"``: λ = ½), and the task's
 loss (:mod:`lmc.data.tasks`) of θ(λ) = (1 − λ)θ_A + λ R(B₁) on a training batch takes an Adam
 step on every S_g. Floating buffers are interpolated with the same λ; the model runs in eval
@@ -41,10 +48,12 @@ from .alignment_map import Alignment
 from .orthogonal_match import default_orthogonal_groups, orthogonal_weight_matching
 from .ste import aliased_names, holdout_split
 from .symmetry import SymmetrySpec
-from .transforms import Orthogonal, Permutation, act_blocks
+from .transforms import Invertible, Orthogonal, Permutation, act_blocks
 
 #: How λ is drawn at each step (module docstring).
 LAMBDA_SAMPLING = ("uniform", "midpoint")
+#: The maps learned within heads (module docstring).
+HEAD_MAPS = ("orthogonal", "invertible")
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,18 +91,29 @@ def learnable_groups(spec: SymmetrySpec, heads: bool = True) -> dict[str, int]:
     return out
 
 
-def _rotations(skews: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Per group, the (blocks, d, d) orthogonal exp(S − Sᵀ)."""
-    return {g: torch.linalg.matrix_exp(s - s.transpose(1, 2)) for g, s in skews.items()}
+def _rotations(
+    skews: Mapping[str, torch.Tensor], invertible: frozenset[str] = frozenset()
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per group, the (blocks, d, d) maps ``(R, R⁻ᵀ)``: the orthogonal exp(S − Sᵀ) (both the
+    same), or for a group in ``invertible`` exp(S) and exp(−Sᵀ)."""
+    out = {}
+    for g, s in skews.items():
+        if g in invertible:
+            out[g] = (torch.linalg.matrix_exp(s), torch.linalg.matrix_exp(-s.transpose(1, 2)))
+        else:
+            r = torch.linalg.matrix_exp(s - s.transpose(1, 2))
+            out[g] = (r, r)
+    return out
 
 
 def _apply_rotations(
     spec: SymmetrySpec,
     state: Mapping[str, torch.Tensor],
-    rotations: Mapping[str, torch.Tensor],
+    rotations: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
 ) -> dict[str, torch.Tensor]:
-    """``state`` with each group's orthogonal blocks applied to every axis segment it indexes
-    (differentiable; for an orthogonal map ``in`` and ``out`` axes transform alike)."""
+    """``state`` with each group's blocks applied to every axis segment it indexes, by the
+    segment's role: ``R`` on ``out`` axes, ``R⁻ᵀ`` on ``in`` axes (differentiable; for an
+    orthogonal map the two are the same)."""
     pspec = spec.spec
     out = dict(state)
     for name in pspec.permuted_names:
@@ -104,10 +124,17 @@ def _apply_rotations(
             if entry is None or not any(seg.perm in rotations for seg in entry):
                 continue
             pieces, offset = [], 0
-            for seg in entry:
+            for k, seg in enumerate(entry):
                 piece = x.narrow(axis, offset, seg.extent)
                 if seg.perm in rotations:
-                    blocks = rotations[seg.perm].to(piece.dtype)
+                    forward, inverse_t = rotations[seg.perm]
+                    role = spec.role(name, axis, k)
+                    if role == "norm":
+                        raise LmcError(
+                            f"{name!r} is an elementwise parameter of {seg.perm!r}: only a "
+                            "permutation may act on it (canonicalise the transformer first)"
+                        )
+                    blocks = (inverse_t if role == "in" else forward).to(piece.dtype)
                     piece = act_blocks(piece, blocks, axis, seg.repeat)
                 pieces.append(piece)
                 offset += seg.extent
@@ -128,6 +155,7 @@ def learned_alignment(
     batch_size: int = 64,
     lambdas: str = "uniform",
     heads: bool = True,
+    head_maps: str = "orthogonal",
     holdout: int | None = None,
     eval_every: int | None = None,
     max_iter: int = 20,
@@ -143,12 +171,15 @@ def learned_alignment(
     the rest are drawn in batches of ``batch_size`` in an order fixed by ``seed`` (which also
     seeds the λ draws and the closed form's visiting order). ``steps`` Adam steps at ``lr`` on
     the skew parameters; ``eval_every`` (default ``max(1, steps // 10)``); ``max_iter``: the
-    closed form's rounds. ``model_a``'s training flags are restored.
+    closed form's rounds; ``head_maps``: ``orthogonal`` or ``invertible`` maps within heads
+    (with ``heads``). ``model_a``'s training flags are restored.
     """
     if not isinstance(spec, SymmetrySpec):
         raise LmcError("learned alignment needs a SymmetrySpec of the canonical model")
     if labels is None:
         raise LmcError("learned alignment needs labels: it minimises the path's loss")
+    if head_maps not in HEAD_MAPS:
+        raise LmcError(f"head_maps must be one of {', '.join(HEAD_MAPS)}, got {head_maps!r}")
     if lambdas not in LAMBDA_SAMPLING:
         raise LmcError(f"lambdas must be one of {', '.join(LAMBDA_SAMPLING)}, got {lambdas!r}")
     if steps < 0 or batch_size < 1 or lr <= 0:
@@ -171,6 +202,11 @@ def learned_alignment(
 
     sizes = spec.group_sizes
     groups = learnable_groups(spec, heads)
+    invertible = frozenset(
+        g
+        for g in groups
+        if head_maps == "invertible" and g in spec.heads and spec.kinds[g] == "invertible"
+    )
     skews = {
         g: torch.zeros(h, sizes[g] // h, sizes[g] // h, device=device, requires_grad=True)
         for g, h in groups.items()
@@ -191,8 +227,8 @@ def learned_alignment(
             return float(task.loss(functional_call(model_a, point(0.5, rotations), (x_hold,)),
                                    y_hold))  # fmt: skip
 
-    def snapshot() -> dict[str, torch.Tensor]:
-        return _rotations({g: s.detach().double().cpu() for g, s in skews.items()})
+    def snapshot() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return _rotations({g: s.detach().double().cpu() for g, s in skews.items()}, invertible)
 
     train_losses: list[float] = []
     with preserved_modes(model_a):
@@ -206,7 +242,8 @@ def learned_alignment(
                 order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
             idx, order = order[:batch_size].to(device), order[batch_size:]
             lam = 0.5 if lambdas == "midpoint" else float(torch.rand((), generator=gen))
-            out = functional_call(model_a, point(lam, _rotations(skews)), (x_train[idx],))
+            rotations = _rotations(skews, invertible)
+            out = functional_call(model_a, point(lam, rotations), (x_train[idx],))
             loss = task.loss(out, y_train[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -220,7 +257,9 @@ def learned_alignment(
 
     learned = Alignment(
         {
-            g: Orthogonal(torch.arange(best[g].shape[0]), best[g])
+            g: (Invertible if g in invertible else Orthogonal)(
+                torch.arange(best[g][0].shape[0]), best[g][0]
+            )
             if g in best
             else Permutation.identity(size)
             for g, size in sizes.items()
@@ -234,7 +273,7 @@ def learned_alignment(
             .div(2 * sizes[g])
             .sqrt()
         )  # fmt: skip
-        for g, r in best.items()
+        for g, (r, _) in best.items()
     }
     return LearnedAlignmentResult(
         alignment=closed.alignment.then(learned),
@@ -250,4 +289,10 @@ def learned_alignment(
     )
 
 
-__all__ = ["LAMBDA_SAMPLING", "LearnedAlignmentResult", "learnable_groups", "learned_alignment"]
+__all__ = [
+    "HEAD_MAPS",
+    "LAMBDA_SAMPLING",
+    "LearnedAlignmentResult",
+    "learnable_groups",
+    "learned_alignment",
+]

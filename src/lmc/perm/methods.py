@@ -604,6 +604,14 @@ def _register_builtins() -> None:
                 ),
                 MethodSetting("heads", True, "also learn rotations within each head", type=bool),
                 MethodSetting(
+                    "head_maps",
+                    "orthogonal",
+                    "the maps learned within heads: orthogonal, or invertible (q/k and v/out "
+                    "admit any invertible map)",
+                    type=str,
+                    choices=("orthogonal", "invertible"),
+                ),
+                MethodSetting(
                     "holdout",
                     None,
                     "training examples held out to pick the best map (none: min(1024, 20% of "
