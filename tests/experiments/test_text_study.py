@@ -103,3 +103,14 @@ def test_width_ratio_is_checked_before_anything_runs(tmp_path, change, message):
             raw["model"] = {"name": "mlp"}
     with pytest.raises(LmcError, match=message):
         resolve(raw)
+
+
+def test_width_ratio_is_accepted_for_vits():
+    raw = {
+        "name": "tiny-widen-vit",
+        "data": {"dataset": "digits"},
+        "model": {"name": "vit", "depth": 1, "heads": 2},
+        "sweep": {"widths": [8], "pairs": 1, "width_ratio": 2},
+        "merge": {"methods": ["none", "orthogonal"]},
+    }
+    assert resolve(raw)["sweep"]["width_ratio"] == 2

@@ -88,3 +88,99 @@ def test_run_pair_widens_and_measures_the_narrow_and_the_wide_model_at_the_ends(
         assert result.path.loss[-1] == pytest.approx(want[1], rel=1e-5)
     with pytest.raises(LmcError, match="architecture|width|differ"):
         run_pair(narrow, wide, data, PairSettings(path=path))  # without widen: refused
+
+
+def _vit(width, heads, seed=0):
+    return build("vit", seed=seed, in_channels=1, image_size=8, num_classes=5, width=width,
+                 depth=2, heads=heads, patch=4).double().eval()  # fmt: skip
+
+
+def _hf_gpt2(width, heads):
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=width, n_head=heads, n_inner=4 * width, vocab_size=11, n_positions=8,
+        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+    )  # fmt: skip
+    return transformers.GPT2LMHeadModel(config).double().eval()
+
+
+def _hf_vit(width, heads):
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    config = transformers.ViTConfig(
+        hidden_size=width, num_hidden_layers=2, num_attention_heads=heads,
+        intermediate_size=2 * width, image_size=8, patch_size=4, num_channels=1, num_labels=5,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    return transformers.ViTForImageClassification(config).double().eval()
+
+
+def _out(model, x):
+    y = model(x)
+    return getattr(y, "logits", y)
+
+
+@pytest.mark.parametrize(
+    ("builder", "shape"),
+    [(_vit, "image"), (_hf_gpt2, "tokens"), (_hf_vit, "image")],
+    ids=["vit", "hf_gpt2", "hf_vit"],
+)
+@pytest.mark.parametrize(("width", "heads"), [(16, 2), (32, 4)], ids=["dims", "both"])
+def test_any_canonical_transformer_is_embedded_exactly(builder, shape, width, heads):
+    from lmc.perm.widen import embed_transformer
+
+    gen = torch.Generator().manual_seed(2)
+    if shape == "image":
+        x = torch.randn(3, 1, 8, 8, generator=gen, dtype=torch.float64)
+    else:
+        x = torch.randint(0, 11, (3, 6), generator=gen)
+    narrow, wide = builder(8, 2), builder(width, heads)
+    embedded = embed_transformer(narrow, wide, x[:2])
+    assert is_canonical(embedded)
+    assert {k: v.shape for k, v in embedded.state_dict().items()} == {
+        k: v.shape for k, v in embed_transformer(wide, wide, x[:2]).state_dict().items()
+    }
+    with torch.no_grad():
+        assert torch.allclose(_out(embedded, x), _out(narrow, x), atol=1e-10)
+    with pytest.raises(LmcError, match="give the narrower model first"):
+        embed_transformer(wide, narrow, x[:2])
+
+
+def test_the_generic_rule_scales_the_q_side_of_each_head():
+    """Read off the symmetry spec: q rows of head j go to wide head j's first dims, scaled by
+    sqrt(D_h / d_h) / c, k rows by 1 / c only, the extra dims stay zero."""
+    from lmc.perm.canonical import canonicalize
+    from lmc.perm.symmetry import symmetry_spec
+    from lmc.perm.widen import _qk_groups, embed_transformer
+
+    narrow, wide = _gpt(8, 2), _gpt(32, 4, seed=1)  # head dims 4 -> 8, stream 8 -> 32
+    x = torch.randint(0, 13, (2, 7))
+    generic = embed_transformer(narrow, wide, x).state_dict()["blocks.0.attn.qkv.weight"]
+    w_n = canonicalize(narrow).state_dict()["blocks.0.attn.qkv.weight"]
+    c, q_scale = (32 / 8) ** 0.5, (8 / 4) ** 0.5
+    assert torch.allclose(generic[0:4, :8], q_scale * w_n[0:4] / c)  # q, head 0
+    assert torch.allclose(generic[8:12, :8], q_scale * w_n[4:8] / c)  # q, head 1
+    assert torch.allclose(generic[32:36, :8], w_n[8:12] / c)  # k, head 0
+    assert torch.allclose(generic[64:68, :8], w_n[16:20] / c)  # v, head 0
+    assert generic[4:8].abs().max() == 0 and generic[:, 8:].abs().max() == 0
+    spec = symmetry_spec(embed_gpt(narrow, wide), x)
+    assert len(_qk_groups(spec, "tok")) == 2  # one q/k group per block, not the v/o ones
+
+
+def test_run_pair_widens_vits():
+    from lmc.data import load
+    from lmc.pair import PairSettings, PathSettings, run_pair
+
+    data = load("digits")
+    narrow = build("vit", seed=0, in_channels=1, image_size=8, num_classes=10, width=8,
+                   depth=1, heads=2, patch=4)  # fmt: skip
+    wide = build("vit", seed=1, in_channels=1, image_size=8, num_classes=10, width=16,
+                 depth=1, heads=2, patch=4)  # fmt: skip
+    x, y = data.split("test")
+    with torch.no_grad():
+        losses = [float(torch.nn.functional.cross_entropy(m.eval()(x), y)) for m in (narrow, wide)]
+    path = PathSettings(lambdas=3, calibrate=False)
+    result = run_pair(narrow, wide, data, PairSettings(align="orthogonal", path=path, widen=True))
+    assert result.path.loss[0] == pytest.approx(losses[0], rel=1e-5)
+    assert result.path.loss[-1] == pytest.approx(losses[1], rel=1e-5)

@@ -214,7 +214,8 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--widen",
         action="store_true",
-        help="the runs may differ in width (zoo gpt): the narrower is written exactly into "
+        help="the runs may differ in width (pre-LN transformers: zoo gpt and vit, Hugging Face "
+        "GPT-2 and ViT): the narrower is written exactly into "
         "the wider one's architecture (its stream, heads and MLP padded) and the pair is "
         "measured in the canonical form; use with --align orthogonal or learned",
     )

@@ -288,8 +288,8 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
 
 def _check_width_ratio(study: dict[str, Any], where: str) -> None:
     """``sweep.width_ratio`` (B's width over A's) is 1, or above 1 for models lmc can embed
-    into a wider copy of themselves (:mod:`lmc.perm.widen`: zoo ``gpt``), with B's widths
-    valid widths of the model and independent training (a spawned pair shares one width)."""
+    into a wider copy of themselves (:mod:`lmc.perm.widen`: zoo ``gpt`` and ``vit``), with B's
+    widths valid widths of the model and independent training (a spawned pair shares one width)."""
     sweep = study["sweep"]
     ratio = sweep["width_ratio"]
     check_number(f"'sweep.width_ratio'{where}", ratio, minimum=1.0)

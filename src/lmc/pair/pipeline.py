@@ -16,7 +16,7 @@ from torch import nn
 from lmc.data import Dataset
 from lmc.merge import bn_aware_merge, resolve_bn_mode
 from lmc.metrics import PathResult, evaluate_path, random_direction_state
-from lmc.models import check_same_architecture
+from lmc.models import check_same_architecture, module_device
 
 from .settings import PairSettings
 
@@ -108,9 +108,10 @@ def run_pair(
     if settings.widen:
         from lmc.perm.widen import widen_pair
 
+        example = data.x_train[:2].to(module_device(model_a))
         if init_states is not None:
-            init_states = _widened_init(init_states, model_a, model_b)
-        model_a, model_b = widen_pair(model_a, model_b)
+            init_states = _widened_init(init_states, model_a, model_b, example)
+        model_a, model_b = widen_pair(model_a, model_b, example)
     check_same_architecture(model_a, model_b)
     x, y = data.split(settings.split)
     if settings.max_examples is not None:
@@ -167,11 +168,11 @@ def _with_states(models, states) -> list[nn.Module]:
     return out
 
 
-def _widened_init(init_states, model_a, model_b):
+def _widened_init(init_states, model_a, model_b, example):
     """``(A_0, B_0)`` written into the widened pair's architecture, as the models are."""
     from lmc.perm.widen import widen_pair
 
-    widened = widen_pair(*_with_states((model_a, model_b), init_states))
+    widened = widen_pair(*_with_states((model_a, model_b), init_states), example)
     return tuple(m.state_dict() for m in widened)
 
 

@@ -66,8 +66,9 @@ class PairSettings:
     ``path`` / ``analysis``: ``None`` skips that part. ``stitch``: also measure the error of
     the model that runs A's first l layers and (aligned) B's others, for l = 0..L
     (:func:`lmc.analysis.stitching_errors`, LLFC App. B.4), on the same examples as the path.
-    ``widen``: the two models may differ in width (zoo ``gpt``): the narrower is embedded
-    exactly into the wider one's architecture (:func:`lmc.perm.widen.embed_gpt`) and the pair
+    ``widen``: the two models may differ in width (pre-LN transformers: zoo ``gpt`` and
+    ``vit``, Hugging Face GPT-2 and ViT): the narrower is embedded exactly into the wider one's
+    architecture (:func:`lmc.perm.widen.embed_transformer`) and the pair
     is measured in the canonical form (issue 30: merging a narrow model into a wide one).
     """
 

@@ -20,6 +20,17 @@ context, depth, activation and bias):
 Everything else is zero. The result is the canonical form of a wide model whose extra units,
 heads and coordinates are unused; an alignment (``orthogonal``, ``learned``) then maps it onto
 the wide model's coordinates.
+
+:func:`embed_transformer` does the same for any pre-LN transformer lmc canonicalises (zoo
+``gpt`` and ``vit``, Hugging Face GPT-2 and ViT), read off the two canonical models' symmetry
+specs rather than their module names: an axis of the stream group (the orthogonal one) takes
+the first w coordinates, multiplied by c where the tensor writes the stream (role ``out``) and
+by 1/c where it reads it (``in``); an axis of a within-head group maps head j's dims to the
+first dims of wide head j, multiplied by √(D_h / d_h) on the q side (role ``out`` of a q/k
+group: the within-head group whose ``in`` side reads the stream, where v/o's ``in`` side is the
+output projection, which writes it); an axis of any other group (MLP units, whole heads) takes
+the first units; every other axis must have the same size in both models (vocabulary,
+positions, patches, classes). For zoo ``gpt`` it gives exactly :func:`embed_gpt`'s model.
 """
 
 from __future__ import annotations
@@ -31,10 +42,13 @@ from torch import nn
 
 from lmc.config import LmcError
 
-from .canonical import canonical_skeleton, canonicalize, is_canonical
+from .canonical import canonical_skeleton, canonicalize, is_canonical, stream_layout
+from .orthogonal_match import default_orthogonal_groups
+from .symmetry import SymmetrySpec, symmetry_spec
 
-#: The zoo models :func:`widen_pair` can embed into a wider copy of themselves.
-WIDENABLE_MODELS = ("gpt",)
+#: The zoo models :func:`widen_pair` can embed into a wider copy of themselves (and Hugging
+#: Face GPT-2 and ViT models, through :func:`embed_transformer`).
+WIDENABLE_MODELS = ("gpt", "vit")
 
 #: zoo gpt options that must agree for one model to be written into the other
 SAME_OPTIONS = ("vocab", "context", "depth", "activation", "bias")
@@ -62,9 +76,10 @@ def _gpt_shape(model: nn.Module, which: str) -> dict:
 
 
 def embed_gpt(narrow: nn.Module, wide: nn.Module) -> nn.Module:
-    """The canonical model of ``wide``'s architecture that computes ``narrow``'s function
-    (module docstring). Neither model is changed; the result is in ``narrow``'s dtype and on
-    its device. Raises ``LmcError`` when ``narrow`` does not fit into ``wide``."""
+    """The canonical model of ``wide``'s architecture that computes ``narrow``'s function, for
+    two zoo ``gpt`` models (module docstring; :func:`embed_transformer` on token ids). Neither
+    model is changed; the result is in ``narrow``'s dtype and on its device. Raises
+    ``LmcError`` when ``narrow`` does not fit into ``wide``."""
     n, w = _gpt_shape(narrow, "narrow"), _gpt_shape(wide, "wide")
     for key in SAME_OPTIONS:
         if n[key] != w[key]:
@@ -75,53 +90,185 @@ def embed_gpt(narrow: nn.Module, wide: nn.Module) -> nn.Module:
                 f"widening: the narrow model's {key} ({n[key]}) exceeds the wide one's "
                 f"({w[key]}); give the narrower model first"
             )
+    return embed_transformer(narrow, wide, _gpt_tokens(narrow))
+
+
+def _gpt_tokens(model: nn.Module) -> torch.Tensor:
+    """Two windows of token ids a zoo gpt accepts (to trace it)."""
+    device = next(model.parameters()).device
+    return torch.zeros(2, model.context, dtype=torch.long, device=device)
+
+
+def _qk_groups(spec: SymmetrySpec, stream: str) -> set[str]:
+    """The within-head groups on the q/k side: those no tensor reads as an input (role ``in``)
+    while writing the stream (role ``out`` of ``stream`` on another axis), as the output
+    projection reads v/o."""
+    pspec = spec.spec
+    vo: set[str] = set()
+    for name, entries in pspec.axes.items():
+        segs = [
+            (axis, seg.perm, spec.role(name, axis, k))
+            for axis, entry in enumerate(entries)
+            for k, seg in enumerate(entry or ())
+            if seg.perm is not None
+        ]
+        writes = {a for a, g, role in segs if g == stream and role == "out"}
+        vo |= {g for a, g, role in segs if g in pspec.heads and role == "in" and writes - {a}}
+    return set(pspec.heads) - vo
+
+
+def _axis_map(
+    spec_n: SymmetrySpec,
+    spec_w: SymmetrySpec,
+    name: str,
+    axis: int,
+    sizes: tuple[int, int],
+    unit_map: dict[str, tuple[torch.Tensor, dict[str, float]]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(wide index, scale) of every narrow position along ``name``'s ``axis``."""
+    entry_n, entry_w = spec_n.spec[name][axis], spec_w.spec[name][axis]
+    if entry_n is None or entry_w is None:
+        if entry_n is not entry_w and (entry_n is None) != (entry_w is None):
+            raise LmcError(f"widening: {name!r} axis {axis} is transformed in one model only")
+        if sizes[0] != sizes[1]:
+            raise LmcError(
+                f"widening: {name!r} axis {axis} has {sizes[0]} and {sizes[1]} entries but is "
+                "no width of the model (vocabulary, positions, classes must agree)"
+            )
+        return torch.arange(sizes[0]), torch.ones(sizes[0], dtype=torch.float64)
+    if len(entry_n) != len(entry_w):
+        raise LmcError(f"widening: {name!r} axis {axis} is laid out differently in the models")
+    index, scale, off_w = [], [], 0
+    for k, (seg_n, seg_w) in enumerate(zip(entry_n, entry_w, strict=True)):
+        if seg_n.perm != seg_w.perm or seg_n.repeat != seg_w.repeat:
+            raise LmcError(f"widening: {name!r} axis {axis} is laid out differently")
+        if seg_n.perm is None:
+            if seg_n.extent != seg_w.extent:
+                raise LmcError(f"widening: {name!r} axis {axis}: a fixed part differs in size")
+            index.append(off_w + torch.arange(seg_n.extent))
+            scale.append(torch.ones(seg_n.extent, dtype=torch.float64))
+        else:
+            units, by_role = unit_map[seg_n.perm]
+            role = spec_w.role(name, axis, k)
+            if role not in by_role:
+                raise LmcError(
+                    f"widening: {name!r} is an elementwise parameter of {seg_n.perm!r} "
+                    "(canonicalise the transformer first)"
+                )
+            r = seg_n.repeat
+            index.append(off_w + (units[:, None] * r + torch.arange(r)[None, :]).reshape(-1))
+            scale.append(torch.full((seg_n.extent,), by_role[role], dtype=torch.float64))
+        off_w += seg_w.extent
+    return torch.cat(index), torch.cat(scale)
+
+
+def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.Module:
+    """The canonical model of ``wide``'s architecture that computes ``narrow``'s function, for
+    any pre-LN transformer lmc canonicalises (module docstring); ``example_input``: a batch
+    both models accept (two rows are enough), to trace their symmetry specs. Neither model is
+    changed; the result is in ``narrow``'s dtype and on its device. Raises ``LmcError`` when
+    ``narrow`` does not fit into ``wide``."""
     small = narrow if is_canonical(narrow) else canonicalize(narrow)
-    out = canonical_skeleton(wide).to(
-        dtype=next(small.parameters()).dtype, device=next(small.parameters()).device
-    )
+    param = next(small.parameters())
+    big = canonical_skeleton(wide).to(dtype=param.dtype, device=param.device)
+    spec_n, spec_w = symmetry_spec(small, example_input), symmetry_spec(big, example_input)
+    if set(spec_n.group_sizes) != set(spec_w.group_sizes):
+        raise LmcError("widening: the models' layers differ (another depth or architecture)")
+    (stream,) = default_orthogonal_groups(spec_w) or (None,)
+    if stream is None or default_orthogonal_groups(spec_n) != [stream]:
+        raise LmcError("widening: the models have no residual stream lmc can rotate")
+    sizes_n, sizes_w = spec_n.group_sizes, spec_w.group_sizes
+    for g in sizes_n:
+        if sizes_n[g] > sizes_w[g]:
+            raise LmcError(
+                f"widening: the narrow model's {g!r} ({sizes_n[g]} units) exceeds the wide "
+                f"one's ({sizes_w[g]}); give the narrower model first"
+            )
+    c = math.sqrt(sizes_w[stream] / sizes_n[stream])
+    qk = _qk_groups(spec_w, stream)
+    unit_map: dict[str, tuple[torch.Tensor, dict[str, float]]] = {}
+    for g, n in sizes_n.items():
+        units, by_role = torch.arange(n), {"out": 1.0, "in": 1.0}
+        if g == stream:
+            by_role = {"out": c, "in": 1 / c}
+        elif g in spec_w.spec.heads:
+            head_group, heads_w = spec_w.spec.heads[g]
+            heads_n = spec_n.spec.heads[g][1]
+            if heads_n > heads_w:
+                raise LmcError(
+                    f"widening: the narrow model has more heads ({heads_n}) than the wide one "
+                    f"({heads_w}); give the narrower model first"
+                )
+            d_n, d_w = n // heads_n, sizes_w[g] // heads_w
+            if d_n > d_w:
+                raise LmcError(
+                    f"widening: the narrow model's heads have more dims ({d_n}) than the wide "
+                    f"one's ({d_w})"
+                )
+            units = (torch.arange(heads_n)[:, None] * d_w + torch.arange(d_n)[None, :]).reshape(-1)
+            if g in qk:
+                by_role = {"out": math.sqrt(d_w / d_n), "in": 1.0}
+        unit_map[g] = (units, by_role)
     src = {k: v.detach() for k, v in small.state_dict().items()}
-    dst = {k: torch.zeros_like(v) for k, v in out.state_dict().items()}
-    wn, ww = n["width"], w["width"]
-    c = math.sqrt(ww / wn)
-    q_scale = math.sqrt(w["head_dim"] / n["head_dim"])
-    # narrow index -> wide index of the attention's within-head dims
-    starts = [j * w["head_dim"] for j in range(n["heads"])]
-    head_rows = torch.cat([torch.arange(s, s + n["head_dim"]) for s in starts])
-    dst["tok.weight"][:, :wn] = c * src["tok.weight"]
-    dst["pos.weight"][:, :wn] = c * src["pos.weight"]
-    for i in range(n["depth"]):
-        p = f"blocks.{i}."
-        for part in range(3):  # q, k, v of the fused qkv
-            scale = q_scale if part == 0 else 1.0
-            rows_n = slice(part * wn, (part + 1) * wn)
-            rows_w = part * ww + head_rows
-            dst[p + "attn.qkv.weight"][rows_w, :wn] = scale * src[p + "attn.qkv.weight"][rows_n] / c
-            if n["bias"]:
-                dst[p + "attn.qkv.bias"][rows_w] = scale * src[p + "attn.qkv.bias"][rows_n]
-        dst[p + "attn.out.weight"][:wn, head_rows] = c * src[p + "attn.out.weight"]
-        m = n["hidden"]
-        dst[p + "mlp.fc1.weight"][:m, :wn] = src[p + "mlp.fc1.weight"] / c
-        dst[p + "mlp.fc2.weight"][:wn, :m] = c * src[p + "mlp.fc2.weight"]
-        if n["bias"]:
-            dst[p + "attn.out.bias"][:wn] = c * src[p + "attn.out.bias"]
-            dst[p + "mlp.fc1.bias"][:m] = src[p + "mlp.fc1.bias"]
-            dst[p + "mlp.fc2.bias"][:wn] = c * src[p + "mlp.fc2.bias"]
-    dst["head.weight"][:, :wn] = src["head.weight"] / c
-    if "head.bias" in dst and "head.bias" in src:
-        dst["head.bias"] = src["head.bias"].clone()
-    out.load_state_dict(dst, strict=True)
-    out.train(narrow.training)
-    return out
+    dst = {k: torch.zeros_like(v) for k, v in big.state_dict().items()}
+    if set(src) != set(dst):
+        raise LmcError("widening: the models' tensors differ (another architecture)")
+    for name, target in dst.items():
+        value = src[name]
+        if value.dim() != target.dim():
+            raise LmcError(f"widening: {name!r} has another number of axes in the models")
+        if not value.is_floating_point() or name not in spec_w.spec:
+            if value.shape != target.shape:
+                raise LmcError(f"widening: {name!r} differs in shape and is no width")
+            dst[name] = value.clone()
+            continue
+        out = value.double()
+        for axis in range(value.dim()):
+            index, scale = _axis_map(
+                spec_n, spec_w, name, axis, (value.shape[axis], target.shape[axis]), unit_map
+            )
+            shape = [1] * value.dim()
+            shape[axis] = -1
+            out = out * scale.to(out.device).reshape(shape)
+            grown = list(out.shape)
+            grown[axis] = target.shape[axis]
+            out = out.new_zeros(grown).index_copy_(axis, index.to(out.device), out)
+        dst[name] = out.to(target.dtype)
+    big.load_state_dict(dst, strict=True)
+    big.train(narrow.training)
+    return big
 
 
-def widen_pair(model_a: nn.Module, model_b: nn.Module) -> tuple[nn.Module, nn.Module]:
-    """The pair in one architecture: the narrower model (by embedding width) embedded into the
-    wider one's (:func:`embed_gpt`), the wider one in its canonical form; the order (A, B) is
-    kept. Both results are canonical, so a canonical alignment method uses them as they are."""
-    narrow_is_a = _gpt_shape(model_a, "first")["width"] <= _gpt_shape(model_b, "second")["width"]
-    if narrow_is_a:
-        return embed_gpt(model_a, model_b), canonicalize(model_b)
-    return canonicalize(model_a), embed_gpt(model_b, model_a)
+def widen_pair(
+    model_a: nn.Module, model_b: nn.Module, example_input=None
+) -> tuple[nn.Module, nn.Module]:
+    """The pair in one architecture: the narrower model (by the width of its residual stream)
+    embedded into the wider one's (:func:`embed_transformer`; :func:`embed_gpt` for zoo
+    ``gpt``), the wider one in its canonical form; the order (A, B) is kept. Both results are
+    canonical, so a canonical alignment method uses them as they are. ``example_input``: a
+    batch both models accept (needed except for zoo ``gpt``, whose token ids lmc makes)."""
+    width_a, width_b = stream_layout(model_a).width, stream_layout(model_b).width
+    narrow, wide = (model_a, model_b) if width_a <= width_b else (model_b, model_a)
+    if _is_zoo_gpt(narrow) and _is_zoo_gpt(wide):
+        embedded = embed_gpt(narrow, wide)
+    elif example_input is None:
+        raise LmcError("widening: give an example input to trace the models with")
+    else:
+        embedded = embed_transformer(narrow, wide, example_input)
+    if width_a <= width_b:
+        return embedded, canonicalize(model_b)
+    return canonicalize(model_a), embedded
 
 
-__all__ = ["SAME_OPTIONS", "WIDENABLE_MODELS", "embed_gpt", "widen_pair"]
+def _is_zoo_gpt(model: nn.Module) -> bool:
+    spec = getattr(model, "lmc_spec", None)
+    return bool(spec) and spec.get("name") == "gpt"
+
+
+__all__ = [
+    "SAME_OPTIONS",
+    "WIDENABLE_MODELS",
+    "embed_gpt",
+    "embed_transformer",
+    "widen_pair",
+]
