@@ -674,6 +674,10 @@ def _record_line(name: str, record: dict) -> str:
     wall = record.get("wall_seconds")
     if isinstance(wall, (int, float)):
         bits.append(f"wall time {_minutes(wall)}")
+    history = record.get("history") or []
+    total = record.get("wall_seconds_all")
+    if history and isinstance(total, (int, float)):
+        bits.append(f"{_minutes(total)} over its {len(history) + 1} invocations")
     if jobs:
         bits.append(
             f"{jobs.get('total', '?')} jobs ({jobs.get('run', '?')} run, "

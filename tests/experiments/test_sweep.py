@@ -6,6 +6,7 @@ import pytest
 
 from lmc.experiments import LocalExecutor, read_csv, resolve, run_study
 from lmc.experiments.jobs import run_job
+from lmc.store import read_json
 
 TINY = {
     "name": "tiny",
@@ -53,6 +54,15 @@ def test_interrupted_sweep_resumes_without_retraining(tmp_path):
     assert {r["method"] for r in rows} == {"none", "weight"}
     again = run_study(study, tmp_path / "out", executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert again["jobs"]["run"] == 0
+    # each invocation's record keeps the earlier ones: their jobs and times add up (the
+    # interrupted first one finished no merge, so its folder, record included, was removed)
+    assert "history" not in record
+    assert [h["status"] for h in again["history"]] == ["finished"]
+    assert [h["jobs"]["run"] for h in again["history"]] == [5]
+    assert again["history"][0]["wall_seconds"] == record["wall_seconds"]
+    total = sum(h["wall_seconds"] for h in again["history"]) + again["wall_seconds"]
+    assert again["wall_seconds_all"] == pytest.approx(total)
+    assert read_json(tmp_path / "out" / "study.json")["history"] == again["history"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")

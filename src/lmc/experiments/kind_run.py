@@ -9,6 +9,14 @@ order: ``name``, ``description``, ``experiment`` (the kind), ``config`` (the res
 ``environment``, what the kind adds (executor, run store, ...), ``started``, then ``status``,
 ``finished``, ``wall_seconds``, ``jobs`` (``total``, ``reused``, ``run``) and ``files`` (key ->
 file name in the study's folder), and whatever else the kind records (``job_ids``, ...).
+
+A study run again into the same folder (resumed after an interruption, or grown) reuses the
+finished jobs, so its own ``wall_seconds`` and ``jobs`` describe only that invocation. The
+earlier invocations are kept: ``history`` lists, oldest first, each earlier record's
+``started``, ``finished``, ``status``, ``wall_seconds``, ``jobs`` and how it ran (``executor``,
+``workers``, ``threads_per_job``), and ``wall_seconds_all`` adds up every invocation's
+``wall_seconds`` (this one's included): the study's cost from scratch, when the folder's
+history starts from scratch.
 """
 
 from __future__ import annotations
@@ -62,33 +70,72 @@ class StudyRecord:
             **extra,
             "started": now_utc(),
         }
+        self.history = _history(self.out / "study.json")
+
+    def _timed(self) -> dict[str, Any]:
+        """The timing fields of this invocation so far, with the earlier ones (``history``)."""
+        wall = time.perf_counter() - self._wall
+        earlier = sum(float(h.get("wall_seconds") or 0.0) for h in self.history)
+        timing: dict[str, Any] = {"wall_seconds": wall}
+        if self.history:
+            timing.update(history=self.history, wall_seconds_all=earlier + wall)
+        return timing
 
     def running(self) -> None:
         """Write ``study.toml`` (the study file as given, when known) and a ``"running"``
         record."""
         if self.toml_text is not None:
             write_text(self.out / "study.toml", self.toml_text)
-        write_json(self.out / "study.json", {**self.record, "status": "running"})
+        write_json(self.out / "study.json", {**self.record, "status": "running", **self._timed()})
 
     def failed(self, failures: list[str]) -> None:
         """Write a ``"failed"`` record listing ``failures`` (one line each)."""
         write_json(
-            self.out / "study.json", {**self.record, "status": "failed", "failures": failures}
+            self.out / "study.json",
+            {**self.record, "status": "failed", "failures": failures, **self._timed()},
         )
 
     def finished(self, jobs: dict[str, int], files: Mapping[str, str], **extra: Any) -> dict:
         """Write and return the ``"finished"`` record: the job counts, the files (key -> name)
         and ``extra`` (``job_ids``, ...)."""
+        timed = self._timed()
         self.record.update(
             status="finished",
             finished=now_utc(),
-            wall_seconds=time.perf_counter() - self._wall,
+            wall_seconds=timed.pop("wall_seconds"),
             jobs=jobs,
             files=dict(files),
             **extra,
+            **timed,
         )
         write_json(self.out / "study.json", self.record)
         return self.record
+
+
+#: What ``history`` keeps of an earlier invocation's record.
+HISTORY_KEYS = (
+    "started",
+    "finished",
+    "status",
+    "wall_seconds",
+    "jobs",
+    "executor",
+    "workers",
+    "threads_per_job",
+)
+
+
+def _history(path: Path) -> list[dict[str, Any]]:
+    """The invocations recorded in an earlier ``study.json`` at ``path``, oldest first (its
+    own ``history``, then itself); none when there is no readable record."""
+    try:
+        earlier = read_json(path)
+    except Exception:  # no record, or one this version cannot read: no history
+        return []
+    if not isinstance(earlier, dict) or "started" not in earlier:
+        return []
+    past = [h for h in earlier.get("history") or [] if isinstance(h, dict)]
+    return [*past, {k: earlier[k] for k in HISTORY_KEYS if k in earlier}]
 
 
 def write_tables(out: Path, outputs: Outputs, rows: Mapping[str, list[dict]]) -> dict[str, str]:

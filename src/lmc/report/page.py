@@ -152,6 +152,11 @@ def reproducibility_blocks(study: dict, path: Path, toml: str | None) -> list[Bl
         ["started", str(study.get("started", DASH))],
         ["finished", str(study.get("finished", DASH))],
         ["wall time", fmt_seconds(study.get("wall_seconds"))],
+        *(
+            [["wall time, all invocations", fmt_seconds(study.get("wall_seconds_all"))]]
+            if study.get("history")
+            else []
+        ),
         [
             "jobs",
             f"{jobs.get('total', DASH)} total, {jobs.get('reused', DASH)} reused (finished "
