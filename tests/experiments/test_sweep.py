@@ -89,3 +89,27 @@ def test_local_and_ray_executors_agree(tmp_path):
     assert local["executor"] == "local" and ray["executor"] == "ray"
     for name in ("results.csv", "layers.csv", "table1.csv"):
         assert (tmp_path / "local" / name).read_text() == (tmp_path / "ray" / name).read_text()
+
+
+def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_path):
+    """Merges finished under the ids of older lmc versions (which hashed the study's methods
+    list into every merge id) are reused, and adding a method runs only its own merges."""
+    from lmc.data import load
+    from lmc.experiments import expand
+
+    study, out, runs = resolve(TINY), tmp_path / "out", tmp_path / "runs"
+    first = run_study(study, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
+    assert first["jobs"]["run"] == 8
+    _, merges = expand(study, load("digits"))
+    for job in merges:  # the folder as an older version left it: every merge at its old id
+        assert job["legacy_id"] != job["id"]
+        (out / "jobs" / f"{job['id']}.json").rename(out / "jobs" / f"{job['legacy_id']}.json")
+        (out / "pairs" / job["id"]).rename(out / "pairs" / job["legacy_id"])
+    before = (out / "results.csv").read_text()
+    again = run_study(study, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
+    assert again["jobs"]["run"] == 0 and (out / "results.csv").read_text() == before
+    assert all((out / "jobs" / f"{job['id']}.json").is_file() for job in merges)
+    assert all((out / "pairs" / job["id"]).is_dir() for job in merges)
+    grown = resolve({**TINY, "merge": {**TINY["merge"], "methods": ["none", "weight", "random"]}})
+    more = run_study(grown, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
+    assert more["jobs"]["run"] == 2  # the two random merges; none and weight reused

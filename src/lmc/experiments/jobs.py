@@ -130,7 +130,11 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
                         job["widen"] = True
                     if study.get("stitch", {}).get("enabled"):  # absent: earlier job ids hold
                         job["stitch"] = study["stitch"]
+                    # the id before `methods` left the merge table (its merges are adopted)
+                    listed = {**job["merge"], "methods": study["merge"]["methods"]}
+                    legacy = f"merge-{config_hash({**job, 'merge': listed})}"
                     job["id"] = f"merge-{config_hash(job)}"
+                    job["legacy_id"] = legacy
                     merge_jobs.append(job)
     return list(train_jobs.values()), merge_jobs
 
@@ -153,10 +157,14 @@ def _later_keys() -> dict[str, Any]:
 
 def merge_identity(merge: dict[str, Any], method: str) -> dict[str, Any]:
     """The ``[merge]`` table as a merge job of ``method`` records it (and hashes it into its id):
-    see :data:`ORIGINAL_MERGE_KEYS`."""
+    see :data:`ORIGINAL_MERGE_KEYS`. ``methods`` (the list of the study's methods) is left
+    out, so adding a method to a study reuses the other methods' merges; a merge finished
+    under the earlier id, which held it, is adopted (:func:`adopt_legacy`)."""
     later = _later_keys()
     out = {}
     for key, value in merge.items():
+        if key == "methods":
+            continue
         if key in later:
             owner, setting = later[key]
             if owner.name != method or not setting.affects_result or value == setting.baseline:
@@ -173,9 +181,27 @@ def describe(job: dict) -> str:
     return f"merge {text} method {labels['method']}"
 
 
+def adopt_legacy(job: dict, ctx: Context) -> None:
+    """A merge finished under the job's earlier id (``legacy_id``: the id when the whole
+    ``[merge]`` table, its ``methods`` list included, was hashed) is moved to its id now: its
+    record ``OUT/jobs/<id>.json`` and its folder ``OUT/pairs/<id>``."""
+    legacy = job.get("legacy_id")
+    new = ctx.jobs_dir() / f"{job['id']}.json"
+    if not legacy or legacy == job["id"] or new.exists():
+        return
+    old = ctx.jobs_dir() / f"{legacy}.json"
+    if not old.exists():
+        return
+    pairs_old, pairs_new = ctx.pairs_dir() / legacy, ctx.pairs_dir() / job["id"]
+    if pairs_old.is_dir() and not pairs_new.exists():
+        pairs_old.rename(pairs_new)
+    old.rename(new)
+
+
 def is_done(job: dict, ctx: Context) -> bool:
     if job["type"] == "train":
         return RunStore(ctx.runs_dir).is_finished(job["config"])
+    adopt_legacy(job, ctx)
     return (ctx.jobs_dir() / f"{job['id']}.json").exists()
 
 
@@ -214,6 +240,7 @@ def run_job(job: dict, ctx: Context) -> dict[str, Any]:
             "run_dir": str(run.path),
             "seconds": time.perf_counter() - start,
         }
+    adopt_legacy(job, ctx)
     path = ctx.jobs_dir() / f"{job['id']}.json"
     if path.exists():
         return {"id": job["id"], "reused": True, "seconds": 0.0}
