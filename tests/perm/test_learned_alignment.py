@@ -103,6 +103,9 @@ def test_invertible_head_maps_are_learned_and_keep_b_s_function(pair):
         assert not torch.allclose(gram, torch.eye(gram.shape[-1], dtype=gram.dtype), atol=1e-6)
     with pytest.raises(LmcError, match="head_maps"):
         learned_alignment(spec, a, b, data.x_train, data.y_train, steps=0, head_maps="affine")
+    with pytest.raises(LmcError, match="none to learn"):  # invertible maps, but not in heads
+        learned_alignment(spec, a, b, data.x_train, data.y_train, steps=0, heads=False,
+                          head_maps="invertible")  # fmt: skip
 
 
 def test_the_method_runs_through_align_with_its_settings(pair):

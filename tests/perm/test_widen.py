@@ -19,10 +19,12 @@ def _gpt(width, heads, seed=0, **options):
 
 
 @pytest.mark.parametrize(
-    ("width", "heads"), [(16, 2), (16, 4), (32, 4), (8, 2)], ids=["dims", "heads", "both", "same"]
+    ("narrow_heads", "width", "heads"),
+    [(2, 16, 2), (2, 16, 4), (2, 32, 4), (2, 8, 2), (1, 16, 1), (1, 16, 2), (1, 32, 4)],
+    ids=["dims", "heads", "both", "same", "one-head", "one-to-two-heads", "one-to-four-heads"],
 )
-def test_the_embedded_model_computes_the_narrow_function(width, heads):
-    narrow, wide = _gpt(8, 2), _gpt(width, heads, seed=1)
+def test_the_embedded_model_computes_the_narrow_function(narrow_heads, width, heads):
+    narrow, wide = _gpt(8, narrow_heads), _gpt(width, heads, seed=1)
     x = torch.randint(0, 13, (3, 7), generator=torch.Generator().manual_seed(0))
     embedded = embed_gpt(narrow, wide)
     assert is_canonical(embedded)
@@ -47,6 +49,8 @@ def test_models_that_do_not_fit_are_refused():
         embed_gpt(_gpt(16, 2), _gpt(8, 2))
     with pytest.raises(LmcError, match="depth differ"):
         embed_gpt(_gpt(8, 2), _gpt(16, 2, depth=1))
+    with pytest.raises(LmcError, match="give the narrower model first"):
+        embed_gpt(_gpt(8, 2), _gpt(16, 1))  # more heads in the narrow one
     with pytest.raises(LmcError, match="not a zoo gpt"):
         embed_gpt(torch.nn.Linear(2, 2), _gpt(8, 2))
 
@@ -126,8 +130,12 @@ def _out(model, x):
     [(_vit, "image"), (_hf_gpt2, "tokens"), (_hf_vit, "image")],
     ids=["vit", "hf_gpt2", "hf_vit"],
 )
-@pytest.mark.parametrize(("width", "heads"), [(16, 2), (32, 4)], ids=["dims", "both"])
-def test_any_canonical_transformer_is_embedded_exactly(builder, shape, width, heads):
+@pytest.mark.parametrize(
+    ("narrow_heads", "width", "heads"),
+    [(2, 16, 2), (2, 32, 4), (1, 16, 1), (1, 16, 2)],
+    ids=["dims", "both", "one-head", "one-to-two-heads"],
+)
+def test_any_canonical_transformer_is_embedded_exactly(builder, shape, narrow_heads, width, heads):
     from lmc.perm.widen import embed_transformer
 
     gen = torch.Generator().manual_seed(2)
@@ -135,7 +143,7 @@ def test_any_canonical_transformer_is_embedded_exactly(builder, shape, width, he
         x = torch.randn(3, 1, 8, 8, generator=gen, dtype=torch.float64)
     else:
         x = torch.randint(0, 11, (3, 6), generator=gen)
-    narrow, wide = builder(8, 2), builder(width, heads)
+    narrow, wide = builder(8, narrow_heads), builder(width, heads)
     embedded = embed_transformer(narrow, wide, x[:2])
     assert is_canonical(embedded)
     assert {k: v.shape for k, v in embedded.state_dict().items()} == {

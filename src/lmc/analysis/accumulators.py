@@ -229,6 +229,7 @@ class WeakAdditivityStats:
         self.cosine = MeanCosine()
         self.agree: torch.Tensor | float = 0.0
         self.entries = 0
+        self.heads = False  # fed (q, k, v) triples: sign agreement does not apply
 
     def update(
         self,
@@ -237,6 +238,7 @@ class WeakAdditivityStats:
     ) -> None:
         sigma = self.activation
         if isinstance(pre_a, tuple):
+            self.heads = True
             to_units = self.heads_to_units or unit_rows
             mid = tuple((a + b) / 2 for a, b in zip(pre_a, pre_b, strict=True))
             self.cosine.update(to_units(sigma(*mid)), to_units((sigma(*pre_a) + sigma(*pre_b)) / 2))
@@ -251,7 +253,7 @@ class WeakAdditivityStats:
         agreement = float(self.agree) / self.entries if self.entries else math.nan
         return {
             "weak_additivity_cosine": self.cosine.finalize(),
-            "sign_agreement": None if self.heads_to_units is not None else agreement,
+            "sign_agreement": None if self.heads else agreement,
         }
 
 

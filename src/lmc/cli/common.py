@@ -217,7 +217,8 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
         help="the runs may differ in width (pre-LN transformers: zoo gpt and vit, Hugging Face "
         "GPT-2 and ViT): the narrower is written exactly into "
         "the wider one's architecture (its stream, heads and MLP padded) and the pair is "
-        "measured in the canonical form; use with --align orthogonal or learned",
+        "measured in the canonical form; use with --align orthogonal, orthogonal-activation or "
+        "learned",
     )
     add_method_options(parser)
 

@@ -16,7 +16,9 @@ earlier invocations are kept: ``history`` lists, oldest first, each earlier reco
 ``started``, ``finished``, ``status``, ``wall_seconds``, ``jobs`` and how it ran (``executor``,
 ``workers``, ``threads_per_job``), and ``wall_seconds_all`` adds up every invocation's
 ``wall_seconds`` (this one's included): the study's cost from scratch, when the folder's
-history starts from scratch.
+history starts from scratch. A width study rewrites its ``"running"`` record after every job
+(:meth:`StudyRecord.progress`), so an entry of ``history`` with status ``running`` is an
+invocation that was stopped, with the time and jobs it had done by its last finished job.
 """
 
 from __future__ import annotations
@@ -87,6 +89,14 @@ class StudyRecord:
         if self.toml_text is not None:
             write_text(self.out / "study.toml", self.toml_text)
         write_json(self.out / "study.json", {**self.record, "status": "running", **self._timed()})
+
+    def progress(self, jobs: dict[str, int]) -> None:
+        """Rewrite the ``"running"`` record with the job counts and time so far (after each
+        finished job), so an invocation killed midway is recorded with the work it did."""
+        write_json(
+            self.out / "study.json",
+            {**self.record, "status": "running", "jobs": dict(jobs), **self._timed()},
+        )
 
     def failed(self, failures: list[str]) -> None:
         """Write a ``"failed"`` record listing ``failures`` (one line each)."""

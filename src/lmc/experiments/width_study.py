@@ -86,6 +86,7 @@ def run_width(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
                     bar.write(f"failed: {describe(job)}: {error}", file=sys.stderr)
                 continue
             counts["reused" if summary.get("reused") else "run"] += 1
+            record.progress(counts)
             if not options.quiet:
                 bar.write(
                     f"done: {describe(job)} ({summary['seconds']:.1f} s"

@@ -207,6 +207,11 @@ def learned_alignment(
         for g in groups
         if head_maps == "invertible" and g in spec.heads and spec.kinds[g] == "invertible"
     )
+    if head_maps == "invertible" and not invertible:
+        raise LmcError(
+            "head_maps='invertible' learns maps within heads, but there are none to learn: it "
+            "needs heads=True and attention with more than one head"
+        )
     skews = {
         g: torch.zeros(h, sizes[g] // h, sizes[g] // h, device=device, requires_grad=True)
         for g, h in groups.items()

@@ -470,9 +470,11 @@ def _weight_settings() -> tuple[MethodSetting, ...]:
     )
 
 
-def _activation_settings() -> tuple[MethodSetting, ...]:
+def _activation_settings(
+    statistic: str = "what is matched: the cross-correlation or the cross-covariance of units",
+) -> tuple[MethodSetting, ...]:
     """The settings of the methods that read features (activation matching, orthogonal
-    activation matching)."""
+    activation matching); ``statistic``: the meaning of the ``statistic`` setting."""
     from .activation_match import STATISTICS
 
     return (
@@ -486,7 +488,7 @@ def _activation_settings() -> tuple[MethodSetting, ...]:
         MethodSetting(
             "statistic",
             "correlation",
-            "what is matched: the cross-correlation or the cross-covariance of units",
+            statistic,
             type=str,
             choices=STATISTICS,
         ),
@@ -602,7 +604,9 @@ def _register_builtins() -> None:
                     type=str,
                     choices=("uniform", "midpoint"),
                 ),
-                MethodSetting("heads", True, "also learn rotations within each head", type=bool),
+                MethodSetting(
+                    "heads", True, "also learn maps within each head (see head_maps)", type=bool
+                ),
                 MethodSetting(
                     "head_maps",
                     "orthogonal",
@@ -633,7 +637,10 @@ def _register_builtins() -> None:
             "orthogonal activation matching of pre-LN transformers: in the canonical form, the "
             "orthogonal map of the residual stream closest on training examples' features "
             "(Procrustes) and activation matching of MLP units, heads and head dims",
-            settings=_activation_settings(),
+            settings=_activation_settings(
+                "what MLP units, heads and head dims are matched on: the cross-correlation or "
+                "the cross-covariance (the stream always takes the uncentred cross-moment)"
+            ),
             needs_data=True,
             canonical=True,
         )

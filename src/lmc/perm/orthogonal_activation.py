@@ -113,10 +113,15 @@ def orthogonal_activation_matching(
     matrices = {g: acc.finalize(statistic) for g, acc in features.stats.items() if g not in orth}
     perm = assign_groups(spec.spec, matrices, skip=orth)
     transforms: dict[str, Transform] = {g: Permutation(p) for g, p in perm.items()}
-    # B with the permutations found (orthogonal groups still the identity), for the weights'
-    # tie-break; only the null directions of the features read it
-    permuted_b = Alignment(transforms).apply(spec, model_b.state_dict()) if orth else {}
-    state_a = model_a.state_dict()
+    # B with the permutations found (orthogonal groups still the identity), made only when a
+    # group's features leave directions to the weights' tie-break
+    permuted: dict[str, dict[str, torch.Tensor]] = {}
+
+    def weights_cross(g: str) -> torch.Tensor:
+        if "b" not in permuted:
+            permuted["b"] = Alignment(dict(transforms)).apply(spec, model_b.state_dict())
+        return cross_product(spec, g, model_a.state_dict(), permuted["b"])
+
     for g in orth:
         acc = features.stats.get(g)
         if acc is None:
@@ -126,9 +131,7 @@ def orthogonal_activation_matching(
                 stacklevel=2,
             )
             continue
-        q = procrustes_on_features(
-            acc.cross.cpu(), lambda g=g: cross_product(spec, g, state_a, permuted_b)
-        )
+        q = procrustes_on_features(acc.cross.cpu(), lambda g=g: weights_cross(g))
         transforms[g] = Orthogonal(torch.zeros(1, dtype=torch.long), q[None])
     return OrthogonalActivationResult(
         alignment=Alignment(transforms),

@@ -36,6 +36,7 @@ positions, patches, classes). For zoo ``gpt`` it gives exactly :func:`embed_gpt`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -117,13 +118,36 @@ def _qk_groups(spec: SymmetrySpec, stream: str) -> set[str]:
     return set(pspec.heads) - vo
 
 
+def _segments(spec: SymmetrySpec, group: str) -> list[tuple[str, int, int, str | None]]:
+    """``(tensor, axis, segment index, role)`` of every segment ``group`` indexes."""
+    return [
+        (name, axis, k, spec.role(name, axis, k))
+        for name, entries in spec.spec.axes.items()
+        for axis, entry in enumerate(entries)
+        for k, seg in enumerate(entry or ())
+        if seg.perm == group
+    ]
+
+
+def _q_side(spec: SymmetrySpec, group: str) -> set[tuple[str, int]] | None:
+    """For a one-head model's q/k group (not split into q and k sides by the spec: every one of
+    its segments is ``out``, at least two of them), the ``(module, segment index)`` keys of the
+    side scaled: the first module's (in a fused qkv, the q segment). ``None`` otherwise."""
+    segments = _segments(spec, group)
+    if len(segments) < 2 or any(role != "out" for *_, role in segments):
+        return None
+    keys = {(name.rpartition(".")[0], k) for name, _, k, _ in segments}
+    first = min(keys)
+    return {key for key in keys if key == first}
+
+
 def _axis_map(
     spec_n: SymmetrySpec,
     spec_w: SymmetrySpec,
     name: str,
     axis: int,
     sizes: tuple[int, int],
-    unit_map: dict[str, tuple[torch.Tensor, dict[str, float]]],
+    unit_map: dict[str, tuple[torch.Tensor, Callable[[str, int, str], float | None]]],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(wide index, scale) of every narrow position along ``name``'s ``axis``."""
     entry_n, entry_w = spec_n.spec[name][axis], spec_w.spec[name][axis]
@@ -148,16 +172,16 @@ def _axis_map(
             index.append(off_w + torch.arange(seg_n.extent))
             scale.append(torch.ones(seg_n.extent, dtype=torch.float64))
         else:
-            units, by_role = unit_map[seg_n.perm]
-            role = spec_w.role(name, axis, k)
-            if role not in by_role:
+            units, scale_of = unit_map[seg_n.perm]
+            factor = scale_of(name, k, spec_w.role(name, axis, k))
+            if factor is None:
                 raise LmcError(
                     f"widening: {name!r} is an elementwise parameter of {seg_n.perm!r} "
                     "(canonicalise the transformer first)"
                 )
             r = seg_n.repeat
             index.append(off_w + (units[:, None] * r + torch.arange(r)[None, :]).reshape(-1))
-            scale.append(torch.full((seg_n.extent,), by_role[role], dtype=torch.float64))
+            scale.append(torch.full((seg_n.extent,), factor, dtype=torch.float64))
         off_w += seg_w.extent
     return torch.cat(index), torch.cat(scale)
 
@@ -172,7 +196,15 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
     param = next(small.parameters())
     big = canonical_skeleton(wide).to(dtype=param.dtype, device=param.device)
     spec_n, spec_w = symmetry_spec(small, example_input), symmetry_spec(big, example_input)
-    if set(spec_n.group_sizes) != set(spec_w.group_sizes):
+    head_groups = {h for h, _ in spec_w.spec.heads.values()}  # a one-head model has none
+    if spec_n.spec.heads and not spec_w.spec.heads:
+        raise LmcError(
+            "widening: the narrow model has more heads than the wide one (1); give the "
+            "narrower model first"
+        )
+    if not set(spec_n.group_sizes) <= set(spec_w.group_sizes) or not (
+        set(spec_w.group_sizes) - set(spec_n.group_sizes) <= head_groups
+    ):
         raise LmcError("widening: the models' layers differ (another depth or architecture)")
     (stream,) = default_orthogonal_groups(spec_w) or (None,)
     if stream is None or default_orthogonal_groups(spec_n) != [stream]:
@@ -186,14 +218,15 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
             )
     c = math.sqrt(sizes_w[stream] / sizes_n[stream])
     qk = _qk_groups(spec_w, stream)
-    unit_map: dict[str, tuple[torch.Tensor, dict[str, float]]] = {}
+    unit_map: dict[str, tuple[torch.Tensor, Callable[[str, int, str], float | None]]] = {}
     for g, n in sizes_n.items():
-        units, by_role = torch.arange(n), {"out": 1.0, "in": 1.0}
+        units, q_scale, q_side = torch.arange(n), 1.0, None
         if g == stream:
-            by_role = {"out": c, "in": 1 / c}
-        elif g in spec_w.spec.heads:
-            head_group, heads_w = spec_w.spec.heads[g]
-            heads_n = spec_n.spec.heads[g][1]
+            unit_map[g] = (units, lambda _n, _k, role: {"out": c, "in": 1 / c}.get(role))
+            continue
+        heads_n = spec_n.spec.heads[g][1] if g in spec_n.spec.heads else 1
+        heads_w = spec_w.spec.heads[g][1] if g in spec_w.spec.heads else 1
+        if g in spec_w.spec.heads or (q_side := _q_side(spec_w, g)) is not None:
             if heads_n > heads_w:
                 raise LmcError(
                     f"widening: the narrow model has more heads ({heads_n}) than the wide one "
@@ -206,9 +239,22 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
                     f"one's ({d_w})"
                 )
             units = (torch.arange(heads_n)[:, None] * d_w + torch.arange(d_n)[None, :]).reshape(-1)
-            if g in qk:
-                by_role = {"out": math.sqrt(d_w / d_n), "in": 1.0}
-        unit_map[g] = (units, by_role)
+            if g in qk or q_side is not None:
+                q_scale = math.sqrt(d_w / d_n)
+        elif g in spec_n.spec.heads:
+            raise LmcError(
+                f"widening: the narrow model has more heads ({heads_n}) than the wide one (1); "
+                "give the narrower model first"
+            )
+
+        def scale_of(name, k, role, q_scale=q_scale, q_side=q_side, split=g in qk):
+            if role not in ("out", "in"):
+                return None
+            if q_side is not None:  # one head, q and k not told apart by role
+                return q_scale if (name.rpartition(".")[0], k) in q_side else 1.0
+            return q_scale if split and role == "out" else 1.0
+
+        unit_map[g] = (units, scale_of)
     src = {k: v.detach() for k, v in small.state_dict().items()}
     dst = {k: torch.zeros_like(v) for k, v in big.state_dict().items()}
     if set(src) != set(dst):
