@@ -677,7 +677,9 @@ def _record_line(name: str, record: dict) -> str:
     history = record.get("history") or []
     total = record.get("wall_seconds_all")
     if history and isinstance(total, (int, float)):
-        bits.append(f"{_minutes(total)} over its {len(history) + 1} invocations")
+        bits.append(
+            f"{_minutes(total)} over the {len(history) + 1} invocations its folder recorded"
+        )
     if jobs:
         bits.append(
             f"{jobs.get('total', '?')} jobs ({jobs.get('run', '?')} run, "
