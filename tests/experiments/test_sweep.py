@@ -93,7 +93,9 @@ def test_local_and_ray_executors_agree(tmp_path):
 
 def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_path):
     """Merges finished under the ids of older lmc versions (which hashed the study's methods
-    list into every merge id) are reused, and adding a method runs only its own merges."""
+    list into every merge id) are reused, also when the list grows in the same invocation
+    (the old list is read from the folder's study.json), and adding a method runs only its
+    own merges."""
     from lmc.data import load
     from lmc.experiments import expand
 
@@ -101,35 +103,23 @@ def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_pa
     first = run_study(study, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert first["jobs"]["run"] == 8
     _, merges = expand(study, load("digits"))
-    for job in merges:  # the folder as an older version left it: every merge at its old id
-        assert job["legacy_id"] != job["id"]
-        (out / "jobs" / f"{job['id']}.json").rename(out / "jobs" / f"{job['legacy_id']}.json")
-        (out / "pairs" / job["id"]).rename(out / "pairs" / job["legacy_id"])
+
+    def as_an_older_version_left_it():
+        for job in merges:  # every merge at its id under the old rule
+            (legacy,) = job["legacy_ids"]
+            assert legacy != job["id"]
+            (out / "jobs" / f"{job['id']}.json").rename(out / "jobs" / f"{legacy}.json")
+            (out / "pairs" / job["id"]).rename(out / "pairs" / legacy)
+
+    as_an_older_version_left_it()
     before = (out / "results.csv").read_text()
     again = run_study(study, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert again["jobs"]["run"] == 0 and (out / "results.csv").read_text() == before
     assert all((out / "jobs" / f"{job['id']}.json").is_file() for job in merges)
     assert all((out / "pairs" / job["id"]).is_dir() for job in merges)
+    as_an_older_version_left_it()
     grown = resolve({**TINY, "merge": {**TINY["merge"], "methods": ["none", "weight", "random"]}})
     more = run_study(grown, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
-    assert more["jobs"]["run"] == 2  # the two random merges; none and weight reused
-
-
-def test_an_interrupted_invocation_is_kept_in_the_history_with_its_work(tmp_path):
-    """Interrupted after its trainings and one merge (the folder is kept: a merge finished),
-    the resumed sweep's history holds the stopped invocation, 'running', with its jobs."""
-    study, runs = resolve(TINY), tmp_path / "runs"
-    with pytest.raises(KeyboardInterrupt):
-        run_study(study, tmp_path / "out", executor=InterruptingExecutor(5), runs_dir=runs,
-                  quiet=True)  # fmt: skip
-    stopped = read_json(tmp_path / "out" / "study.json")
-    assert stopped["status"] == "running" and stopped["jobs"]["run"] == 5
-    record = run_study(study, tmp_path / "out", executor=LocalExecutor(1), runs_dir=runs,
-                       quiet=True)  # fmt: skip
-    (earlier,) = record["history"]
-    assert earlier["status"] == "running" and earlier["jobs"]["run"] == 5
-    assert earlier["wall_seconds"] == stopped["wall_seconds"] > 0
-    assert record["jobs"] == {"total": 8, "reused": 5, "run": 3}
-    assert record["wall_seconds_all"] == pytest.approx(
-        earlier["wall_seconds"] + record["wall_seconds"]
-    )
+    assert more["jobs"]["run"] == 2  # the two random merges; none and weight adopted
+    again = run_study(grown, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
+    assert again["jobs"]["run"] == 0

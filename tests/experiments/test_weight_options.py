@@ -47,7 +47,7 @@ def _old_rule_id(job: dict, methods: list[str]) -> str:
     """A merge job's id as it was computed before weight matching's start, restarts and solver
     were study keys: the hash of the job with none of them in its ``merge`` table (which then
     held the study's ``methods`` list too)."""
-    old = {k: v for k, v in job.items() if k not in ("id", "legacy_id")}
+    old = {k: v for k, v in job.items() if k not in ("id", "legacy_ids")}
     merge = {k: v for k, v in job["merge"].items() if k not in LATER_KEYS}
     old["merge"] = {**merge, "methods": list(methods)}
     return f"merge-{config_hash(old)}"
@@ -68,8 +68,8 @@ def test_identity_start_and_scipy_keep_the_old_ids_and_other_values_enter_them()
         _, merges = expand(resolve(raw), data)
         ids[key], jobs[key] = merges[0]["id"], merges[0]
     # the start and solver every committed merge ran with leave the id as it always was
-    # (under the id they had while the study's methods list was hashed in: their legacy_id)
-    assert jobs["pinned"]["legacy_id"] == _old_rule_id(jobs["pinned"], ["weight"])
+    # (under the id they had while the study's methods list was hashed in: their legacy_ids)
+    assert jobs["pinned"]["legacy_ids"][0] == _old_rule_id(jobs["pinned"], ["weight"])
     assert not set(LATER_KEYS) & set(jobs["pinned"]["merge"])
     # the defaults (one-pass start, solver auto) are in the id: such merges are new jobs
     assert ids["plain"] == ids["onepass-auto"] == ids["onepass"]
@@ -78,7 +78,7 @@ def test_identity_start_and_scipy_keep_the_old_ids_and_other_values_enter_them()
     others = [ids[k] for k in ("plain", "identity-auto", "restarts", "sparse")]
     assert len({ids["pinned"], *others}) == 5
     for key in ("plain", "identity-auto", "restarts", "sparse"):
-        assert jobs[key]["legacy_id"] != _old_rule_id(jobs[key], ["weight"])
+        assert jobs[key]["legacy_ids"][0] != _old_rule_id(jobs[key], ["weight"])
     with pytest.raises(LmcError, match="'merge.weight_init'"):
         resolve(_with(weight_init="activation"))
     with pytest.raises(LmcError, match="'merge.weight_restarts'"):
@@ -155,7 +155,7 @@ def test_merges_of_other_methods_keep_their_ids_whatever_the_weight_matching_key
         _, merges = expand(resolve(raw), data)
         for job in merges:
             assert not set(LATER_KEYS) & set(job["merge"])
-            assert job["legacy_id"] == _old_rule_id(job, ["none", "activation"])
+            assert job["legacy_ids"][0] == _old_rule_id(job, ["none", "activation"])
         ids.add(tuple(job["id"] for job in merges))
     assert len(ids) == 1
     assert merge_identity({"weight_init": "onepass"}, "weight") == {"weight_init": "onepass"}

@@ -91,8 +91,16 @@ def train_configs(
     )
 
 
-def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]]:
-    """The study's train jobs and merge jobs (each merge job names its two train configs)."""
+def expand(
+    study: dict[str, Any], data: Dataset, earlier_methods: list[list[str]] | None = None
+) -> tuple[list[dict], list[dict]]:
+    """The study's train jobs and merge jobs (each merge job names its two train configs).
+
+    Each merge job also carries ``legacy_ids``: its ids under the rule of earlier lmc versions,
+    which hashed the study's ``methods`` list into every merge id, for that list and for each
+    of ``earlier_methods`` (the lists earlier invocations into the same folder ran with), so
+    :func:`adopt_legacy` finds their merges."""
+    method_lists = [study["merge"]["methods"], *(earlier_methods or [])]
     train_jobs: dict[str, dict] = {}
     merge_jobs: list[dict] = []
     sweep = study["sweep"]
@@ -130,11 +138,13 @@ def expand(study: dict[str, Any], data: Dataset) -> tuple[list[dict], list[dict]
                         job["widen"] = True
                     if study.get("stitch", {}).get("enabled"):  # absent: earlier job ids hold
                         job["stitch"] = study["stitch"]
-                    # the id before `methods` left the merge table (its merges are adopted)
-                    listed = {**job["merge"], "methods": study["merge"]["methods"]}
-                    legacy = f"merge-{config_hash({**job, 'merge': listed})}"
+                    # the ids before `methods` left the merge table (their merges are adopted)
+                    legacy = [
+                        f"merge-{config_hash({**job, 'merge': {**job['merge'], 'methods': m}})}"
+                        for m in method_lists
+                    ]
                     job["id"] = f"merge-{config_hash(job)}"
-                    job["legacy_id"] = legacy
+                    job["legacy_ids"] = list(dict.fromkeys(legacy))
                     merge_jobs.append(job)
     return list(train_jobs.values()), merge_jobs
 
@@ -182,20 +192,21 @@ def describe(job: dict) -> str:
 
 
 def adopt_legacy(job: dict, ctx: Context) -> None:
-    """A merge finished under the job's earlier id (``legacy_id``: the id when the whole
-    ``[merge]`` table, its ``methods`` list included, was hashed) is moved to its id now: its
-    record ``OUT/jobs/<id>.json`` and its folder ``OUT/pairs/<id>``."""
-    legacy = job.get("legacy_id")
+    """A merge finished under one of the job's earlier ids (``legacy_ids``: its id when the
+    whole ``[merge]`` table, its ``methods`` list included, was hashed) is moved to its id now:
+    its record ``OUT/jobs/<id>.json`` and its folder ``OUT/pairs/<id>``."""
     new = ctx.jobs_dir() / f"{job['id']}.json"
-    if not legacy or legacy == job["id"] or new.exists():
+    if new.exists():
         return
-    old = ctx.jobs_dir() / f"{legacy}.json"
-    if not old.exists():
+    for legacy in job.get("legacy_ids", ()):
+        old = ctx.jobs_dir() / f"{legacy}.json"
+        if legacy == job["id"] or not old.exists():
+            continue
+        pairs_old, pairs_new = ctx.pairs_dir() / legacy, ctx.pairs_dir() / job["id"]
+        if pairs_old.is_dir() and not pairs_new.exists():
+            pairs_old.rename(pairs_new)
+        old.rename(new)
         return
-    pairs_old, pairs_new = ctx.pairs_dir() / legacy, ctx.pairs_dir() / job["id"]
-    if pairs_old.is_dir() and not pairs_new.exists():
-        pairs_old.rename(pairs_new)
-    old.rename(new)
 
 
 def is_done(job: dict, ctx: Context) -> bool:
