@@ -123,3 +123,23 @@ def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_pa
     assert more["jobs"]["run"] == 2  # the two random merges; none and weight adopted
     again = run_study(grown, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert again["jobs"]["run"] == 0
+
+
+def test_an_interrupted_invocation_is_kept_in_the_history_with_its_work(tmp_path):
+    """Interrupted after its trainings and one merge (the folder is kept: a merge finished),
+    the resumed sweep's history holds the stopped invocation, 'running', with its jobs."""
+    study, runs = resolve(TINY), tmp_path / "runs"
+    with pytest.raises(KeyboardInterrupt):
+        run_study(study, tmp_path / "out", executor=InterruptingExecutor(5), runs_dir=runs,
+                  quiet=True)  # fmt: skip
+    stopped = read_json(tmp_path / "out" / "study.json")
+    assert stopped["status"] == "running" and stopped["jobs"]["run"] == 5
+    record = run_study(study, tmp_path / "out", executor=LocalExecutor(1), runs_dir=runs,
+                       quiet=True)  # fmt: skip
+    (earlier,) = record["history"]
+    assert earlier["status"] == "running" and earlier["jobs"]["run"] == 5
+    assert earlier["wall_seconds"] == stopped["wall_seconds"] > 0
+    assert record["jobs"] == {"total": 8, "reused": 5, "run": 3}
+    assert record["wall_seconds_all"] == pytest.approx(
+        earlier["wall_seconds"] + record["wall_seconds"]
+    )
