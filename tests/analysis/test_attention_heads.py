@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lmc.analysis import analyze
-from lmc.analysis.accumulators import WeakAdditivityStats, unit_rows
-from lmc.analysis.probes import Recorder, features_first
+from lmc.analysis.accumulators import WeakAdditivityStats
+from lmc.analysis.probes import Recorder
 from lmc.models import build
 from lmc.models.transformer import Attention
 
@@ -45,9 +45,7 @@ def test_heads_weak_additivity_matches_its_definition(causal):
     n, heads, length, head_dim = 3, 2, 5, 4
     qkv_a = tuple(torch.randn(n, heads, length, head_dim, generator=GEN) for _ in range(3))
     qkv_b = tuple(torch.randn(n, heads, length, head_dim, generator=GEN) for _ in range(3))
-    stats = WeakAdditivityStats(
-        Attention(causal).forward, lambda y: unit_rows(features_first(y, "heads"))
-    )
+    stats = WeakAdditivityStats(Attention(causal).forward)
     stats.update(qkv_a, qkv_b)
     out = stats.finalize()
     assert out["sign_agreement"] is None

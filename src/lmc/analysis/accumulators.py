@@ -51,6 +51,13 @@ def unit_rows(t: torch.Tensor) -> torch.Tensor:
     return to_stat(t.movedim(1, -1).reshape(-1, t.shape[1]))
 
 
+def head_rows(t: torch.Tensor) -> torch.Tensor:
+    """Attention heads' (n, heads, T, d_h) -> (n * T, heads * d_h) float64: one row per example
+    and token, the heads' features (head-major) as units."""
+    n, heads, length, head_dim = t.shape
+    return to_stat(t.transpose(1, 2).reshape(n * length, heads * head_dim))
+
+
 def row_dots(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """⟨u_i, v_i⟩ for each row i."""
     return torch.einsum("nd,nd->n", u, v)
@@ -211,21 +218,17 @@ class WeakAdditivityStats:
     two pre-activations do not straddle zero, which is exactly where ReLU is additive.
     σ is the model's own activation module, so GELU, tanh, ... are measured with themselves.
 
-    Attention heads: when the pre-activations come as tuples (q, k, v), σ is the heads'
-    computation softmax(q kᵀ/√d_h) v applied to the averaged triple, ``heads_to_units`` turns
-    its (n, heads, T, d_h) output into unit rows (one per example and token, the heads' d
-    features as units) and ``sign_agreement`` does not apply (``None``). Attention is linear in
+    Attention heads: when the pre-activations come as tuples (q, k, v) of (n, heads, T, d_h)
+    tensors, σ is the heads' computation softmax(q kᵀ/√d_h) v applied to the averaged triple,
+    its (n, heads, T, d_h) output is read as unit rows (one per example and token, the heads'
+    d = heads · d_h features as units, head-major) and ``sign_agreement`` does not apply
+    (``None``). Attention is linear in
     v, so this measures how far the softmax of averaged scores is from the average of the two
     softmaxes: the cosine is 1 whenever A and B attend alike.
     """
 
-    def __init__(
-        self,
-        activation: Callable[..., torch.Tensor],
-        heads_to_units: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> None:
+    def __init__(self, activation: Callable[..., torch.Tensor]) -> None:
         self.activation = activation
-        self.heads_to_units = heads_to_units
         self.cosine = MeanCosine()
         self.agree: torch.Tensor | float = 0.0
         self.entries = 0
@@ -239,9 +242,9 @@ class WeakAdditivityStats:
         sigma = self.activation
         if isinstance(pre_a, tuple):
             self.heads = True
-            to_units = self.heads_to_units or unit_rows
             mid = tuple((a + b) / 2 for a, b in zip(pre_a, pre_b, strict=True))
-            self.cosine.update(to_units(sigma(*mid)), to_units((sigma(*pre_a) + sigma(*pre_b)) / 2))
+            merged = head_rows(sigma(*mid))
+            self.cosine.update(merged, head_rows((sigma(*pre_a) + sigma(*pre_b)) / 2))
             return
         merged = unit_rows(sigma((pre_a + pre_b) / 2))
         ensemble = unit_rows((sigma(pre_a) + sigma(pre_b)) / 2)

@@ -69,7 +69,7 @@ from .layers import (
     unfolded_sq_norm,
     weight_distance,
 )
-from .probes import Capture, Recorder, activation_name, features_first, resolve_probe_points
+from .probes import Capture, Recorder, activation_name, resolve_probe_points
 from .retention import RETENTION_KEYS, SHARED_RANK_RULE, layer_retention
 from .spectra import effective_rank, singular_values, stable_rank
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
@@ -155,13 +155,7 @@ class _ProbeStats:
         act = modules_a[point.preactivation] if point.preactivation else None
         self.activation = activation_name(act)
         self.endpoint = EndpointStats()
-        self.weak = None
-        if act is not None:
-            heads = point.layout == "heads"
-            self.weak = WeakAdditivityStats(
-                activation_function(act),
-                (lambda y: unit_rows(features_first(y, "heads"))) if heads else None,
-            )
+        self.weak = WeakAdditivityStats(activation_function(act)) if act is not None else None
         self.moments_a = SecondMomentStats()
         self.moments_b = SecondMomentStats()
         has_w = self.weight_module is not None
