@@ -183,6 +183,14 @@ def hook_points(
     return points
 
 
+def check_statistic(statistic: str) -> None:
+    """``LmcError`` unless ``statistic`` is one of :data:`STATISTICS`."""
+    if statistic not in STATISTICS:
+        raise LmcError(
+            f"unknown activation statistic {statistic!r}: choose one of {', '.join(STATISTICS)}"
+        )
+
+
 @dataclass
 class FeatureStatistics:
     """What one pass over the inputs collected: per group with features, its
@@ -302,10 +310,7 @@ def activation_matching(
     Returns an :class:`ActivationMatchingResult` (also the number of ``examples`` and the
     hook ``points`` per group).
     """
-    if method not in STATISTICS:
-        raise LmcError(
-            f"unknown activation statistic {method!r}: choose one of {', '.join(STATISTICS)}"
-        )
+    check_statistic(method)
     features = feature_statistics(
         spec, model_a, model_b, inputs, batch_size=batch_size, quiet=quiet
     )

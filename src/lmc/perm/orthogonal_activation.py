@@ -8,10 +8,10 @@ this finds the one that brings B's stream features closest to A's,
     Q = argmin_Q  E ‖z_A − Q z_B‖²  =  argmax_Q  tr(Qᵀ E[z_A z_Bᵀ])  =  U Vᵀ,
 
 from the SVD ``U S Vᵀ`` of the uncentred cross-moment ``Σ z_A z_Bᵀ`` (rows: A's units) of the
-features activation matching reads for that group (where the features never visit a direction,
-as a canonical stream never visits the all-ones one, the rotation there is taken from the
-weights: :func:`procrustes_on_features`) (the stream as the layers that read it see
+features activation matching reads for that group (the stream as the layers that read it see
 it: every reader's input, pooled over examples and tokens; :mod:`lmc.perm.activation_match`).
+Where the features never visit a direction, as a canonical stream never visits the all-ones
+one, the rotation there is taken from the weights (:func:`procrustes_on_features`).
 Correlation would divide each unit by its spread, which no rotation respects, so the stream
 uses the raw moment whatever ``statistic`` says. Every other group (MLP units, heads and the
 dims within them) is matched as activation matching matches it, on the cross-correlation (or
@@ -25,6 +25,7 @@ dims is recovered exactly (the aligned B equals A to rounding; tests/perm).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from torch import nn
 
 from lmc.config import LmcError
 
-from .activation_match import STATISTICS, assign_groups, feature_statistics
+from .activation_match import assign_groups, check_statistic, feature_statistics
 from .alignment_map import Alignment
 from .orthogonal_match import (
     check_orthogonal_groups,
@@ -101,10 +102,7 @@ def orthogonal_activation_matching(
     A's coordinates."""
     if not isinstance(spec, SymmetrySpec):
         raise LmcError("orthogonal activation matching needs a SymmetrySpec (lmc.perm.symmetry)")
-    if statistic not in STATISTICS:
-        raise LmcError(
-            f"unknown activation statistic {statistic!r}: choose one of {', '.join(STATISTICS)}"
-        )
+    check_statistic(statistic)
     orth = list(default_orthogonal_groups(spec) if orthogonal_groups is None else orthogonal_groups)
     check_orthogonal_groups(spec, orth)
     features = feature_statistics(
@@ -113,14 +111,12 @@ def orthogonal_activation_matching(
     matrices = {g: acc.finalize(statistic) for g, acc in features.stats.items() if g not in orth}
     perm = assign_groups(spec.spec, matrices, skip=orth)
     transforms: dict[str, Transform] = {g: Permutation(p) for g, p in perm.items()}
-    # B with the permutations found (orthogonal groups still the identity), made only when a
-    # group's features leave directions to the weights' tie-break
-    permuted: dict[str, dict[str, torch.Tensor]] = {}
 
-    def weights_cross(g: str) -> torch.Tensor:
-        if "b" not in permuted:
-            permuted["b"] = Alignment(dict(transforms)).apply(spec, model_b.state_dict())
-        return cross_product(spec, g, model_a.state_dict(), permuted["b"])
+    @functools.cache
+    def permuted_b() -> dict[str, torch.Tensor]:
+        """B with the permutations found (orthogonal groups still the identity), made only
+        when a group's features leave directions to the weights' tie-break."""
+        return Alignment(dict(transforms)).apply(spec, model_b.state_dict())
 
     for g in orth:
         acc = features.stats.get(g)
@@ -131,7 +127,9 @@ def orthogonal_activation_matching(
                 stacklevel=2,
             )
             continue
-        q = procrustes_on_features(acc.cross.cpu(), lambda g=g: weights_cross(g))
+        q = procrustes_on_features(
+            acc.cross.cpu(), lambda g=g: cross_product(spec, g, model_a.state_dict(), permuted_b())
+        )
         transforms[g] = Orthogonal(torch.zeros(1, dtype=torch.long), q[None])
     return OrthogonalActivationResult(
         alignment=Alignment(transforms),
