@@ -72,7 +72,9 @@ class StudyRecord:
             **extra,
             "started": now_utc(),
         }
-        self.history = _history(self.out / "study.json")
+        #: the record an earlier invocation left in the folder (``{}`` when none is readable)
+        self.earlier = _earlier_record(self.out / "study.json")
+        self.history = _history(self.earlier)
 
     def _timed(self) -> dict[str, Any]:
         """The timing fields of this invocation so far, with the earlier ones (``history``)."""
@@ -88,21 +90,20 @@ class StudyRecord:
         record."""
         if self.toml_text is not None:
             write_text(self.out / "study.toml", self.toml_text)
-        write_json(self.out / "study.json", {**self.record, "status": "running", **self._timed()})
+        self._write("running")
 
     def progress(self, jobs: dict[str, int]) -> None:
         """Rewrite the ``"running"`` record with the job counts and time so far (after each
         finished job), so an invocation killed midway is recorded with the work it did."""
-        write_json(
-            self.out / "study.json",
-            {**self.record, "status": "running", "jobs": dict(jobs), **self._timed()},
-        )
+        self._write("running", jobs=dict(jobs))
 
     def failed(self, failures: list[str]) -> None:
         """Write a ``"failed"`` record listing ``failures`` (one line each)."""
+        self._write("failed", failures=failures)
+
+    def _write(self, status: str, **fields: Any) -> None:
         write_json(
-            self.out / "study.json",
-            {**self.record, "status": "failed", "failures": failures, **self._timed()},
+            self.out / "study.json", {**self.record, "status": status, **fields, **self._timed()}
         )
 
     def finished(self, jobs: dict[str, int], files: Mapping[str, str], **extra: Any) -> dict:
@@ -135,14 +136,20 @@ HISTORY_KEYS = (
 )
 
 
-def _history(path: Path) -> list[dict[str, Any]]:
-    """The invocations recorded in an earlier ``study.json`` at ``path``, oldest first (its
-    own ``history``, then itself); none when there is no readable record."""
+def _earlier_record(path: Path) -> dict[str, Any]:
+    """The ``study.json`` an earlier invocation left at ``path``; ``{}`` when there is none
+    this version can read."""
     try:
         earlier = read_json(path)
-    except Exception:  # no record, or one this version cannot read: no history
-        return []
-    if not isinstance(earlier, dict) or "started" not in earlier:
+    except Exception:  # no record, or one this version cannot read
+        return {}
+    return earlier if isinstance(earlier, dict) and "started" in earlier else {}
+
+
+def _history(earlier: dict[str, Any]) -> list[dict[str, Any]]:
+    """The invocations an earlier record holds, oldest first (its own ``history``, then
+    itself); none without a record."""
+    if not earlier:
         return []
     past = [h for h in earlier.get("history") or [] if isinstance(h, dict)]
     return [*past, {k: earlier[k] for k in HISTORY_KEYS if k in earlier}]

@@ -18,7 +18,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from lmc.config import LmcError
-from lmc.store import RunStore, output_files, read_json
+from lmc.store import RunStore, output_files
 
 from .executors import RunOptions
 from .jobs import describe, expand, is_done, load_job_result
@@ -51,7 +51,7 @@ def run_width(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
         runs_dir=ctx.runs_dir,
     )
     data = load_data(study, options)
-    train_jobs, merge_jobs = expand(study, data, _earlier_methods(out))
+    train_jobs, merge_jobs = expand(study, data, _earlier_methods(record.earlier))
     del data
     record.running()
 
@@ -108,12 +108,13 @@ def run_width(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
     return record.finished(counts, {k: str(v.name) for k, v in files.items()})
 
 
-def _earlier_methods(out: Path) -> list[list[str]]:
-    """The ``[merge] methods`` list the last invocation into ``out`` ran with (from its
-    ``study.json``), so merges it finished under the older id rule are found again."""
+def _earlier_methods(earlier: dict[str, Any]) -> list[list[str]]:
+    """The ``[merge] methods`` list the last invocation into the folder ran with (its
+    ``study.json``, ``earlier``), so merges it finished under the older id rule are found
+    again."""
     try:
-        methods = read_json(out / "study.json")["config"]["merge"]["methods"]
-    except Exception:  # no earlier record, or not one of a width study
+        methods = earlier["config"]["merge"]["methods"]
+    except (KeyError, TypeError):  # no earlier record, or not one of a width study
         return []
     return [list(methods)] if isinstance(methods, list) else []
 
