@@ -56,8 +56,7 @@ SAME_OPTIONS = ("vocab", "context", "depth", "activation", "bias")
 
 
 def _gpt_shape(model: nn.Module, which: str) -> dict:
-    spec = getattr(model, "lmc_spec", None)
-    if not spec or spec.get("name") != "gpt":
+    if not _is_zoo_gpt(model):
         raise LmcError(
             f"widening: the {which} model is not a zoo gpt (only zoo gpt models can be "
             "embedded into a wider one so far)"
@@ -100,43 +99,42 @@ def _gpt_tokens(model: nn.Module) -> torch.Tensor:
     return torch.zeros(2, model.context, dtype=torch.long, device=device)
 
 
+def _segments(spec: SymmetrySpec, name: str) -> list[tuple[int, int, str, str | None]]:
+    """``(axis, segment index, group, role)`` of every transformed segment of tensor ``name``."""
+    return [
+        (axis, k, seg.perm, spec.role(name, axis, k))
+        for axis, entry in enumerate(spec.spec[name])
+        for k, seg in enumerate(entry or ())
+        if seg.perm is not None
+    ]
+
+
 def _qk_groups(spec: SymmetrySpec, stream: str) -> set[str]:
     """The within-head groups on the q/k side: those no tensor reads as an input (role ``in``)
     while writing the stream (role ``out`` of ``stream`` on another axis), as the output
     projection reads v/o."""
-    pspec = spec.spec
+    heads = spec.spec.heads
     vo: set[str] = set()
-    for name, entries in pspec.axes.items():
-        segs = [
-            (axis, seg.perm, spec.role(name, axis, k))
-            for axis, entry in enumerate(entries)
-            for k, seg in enumerate(entry or ())
-            if seg.perm is not None
-        ]
-        writes = {a for a, g, role in segs if g == stream and role == "out"}
-        vo |= {g for a, g, role in segs if g in pspec.heads and role == "in" and writes - {a}}
-    return set(pspec.heads) - vo
-
-
-def _segments(spec: SymmetrySpec, group: str) -> list[tuple[str, int, int, str | None]]:
-    """``(tensor, axis, segment index, role)`` of every segment ``group`` indexes."""
-    return [
-        (name, axis, k, spec.role(name, axis, k))
-        for name, entries in spec.spec.axes.items()
-        for axis, entry in enumerate(entries)
-        for k, seg in enumerate(entry or ())
-        if seg.perm == group
-    ]
+    for name in spec.spec.axes:
+        segs = _segments(spec, name)
+        writes = {a for a, _, g, role in segs if g == stream and role == "out"}
+        vo |= {g for a, _, g, role in segs if g in heads and role == "in" and writes - {a}}
+    return set(heads) - vo
 
 
 def _q_side(spec: SymmetrySpec, group: str) -> set[tuple[str, int]] | None:
     """For a one-head model's q/k group (not split into q and k sides by the spec: every one of
     its segments is ``out``, at least two of them), the ``(module, segment index)`` keys of the
     side scaled: the first module's (in a fused qkv, the q segment). ``None`` otherwise."""
-    segments = _segments(spec, group)
+    segments = [
+        (name, k, role)
+        for name in spec.spec.axes
+        for _, k, g, role in _segments(spec, name)
+        if g == group
+    ]
     if len(segments) < 2 or any(role != "out" for *_, role in segments):
         return None
-    keys = {(name.rpartition(".")[0], k) for name, _, k, _ in segments}
+    keys = {(name.rpartition(".")[0], k) for name, k, _ in segments}
     first = min(keys)
     return {key for key in keys if key == first}
 
@@ -206,9 +204,10 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
         set(spec_w.group_sizes) - set(spec_n.group_sizes) <= head_groups
     ):
         raise LmcError("widening: the models' layers differ (another depth or architecture)")
-    (stream,) = default_orthogonal_groups(spec_w) or (None,)
-    if stream is None or default_orthogonal_groups(spec_n) != [stream]:
+    streams = default_orthogonal_groups(spec_w)
+    if len(streams) != 1 or default_orthogonal_groups(spec_n) != streams:
         raise LmcError("widening: the models have no residual stream lmc can rotate")
+    (stream,) = streams
     sizes_n, sizes_w = spec_n.group_sizes, spec_w.group_sizes
     for g in sizes_n:
         if sizes_n[g] > sizes_w[g]:
