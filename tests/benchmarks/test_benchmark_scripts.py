@@ -55,3 +55,26 @@ def test_learned_alignment_benchmark_reports_both_methods(monkeypatch, capsys):
     width, closed, learned, ratio, before, after = lines[2].split()
     assert width == "8" and float(closed) > 0 and float(learned) > 0 and ratio.endswith("x")
     assert float(after) <= float(before)  # the kept map is never worse than the closed form
+
+
+def test_weight_matching_benchmark_times_every_solver_on_the_same_assignments(monkeypatch, capsys):
+    """In-process, two tiny MLPs: the comparison row, and ``--solvers`` timing every available
+    solver on the run's assignments with none missing SciPy's optimum."""
+    import runpy
+
+    from lmc.perm.lap import lapx_problem
+
+    argv = ["weight_matching.py", "--mlp-widths", "48", "--resnet-widths", "", "--epochs", "1",
+            "--examples", "64", "--repeats", "1", "--solvers"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(ROOT / "benchmarks" / "weight_matching.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "lmc from the one-pass answer (--init onepass) with solver auto" in out
+    row = next(line for line in out.splitlines() if line.startswith("mlp w=48"))
+    cells = row.split()
+    obj_id, obj_ref, obj_lmc = (float(v) for v in cells[9:12])
+    assert cells[5].endswith("x") and obj_ref >= obj_id and obj_lmc >= obj_id
+    solvers = next(line for line in out.splitlines() if "LAP solvers on the" in line)
+    assert "scipy" in solvers and "missed" not in solvers.replace("lapjvs(float32)", "")
+    if lapx_problem() is None:
+        assert "lapx.lapjvr" in solvers

@@ -1,13 +1,14 @@
 """The linear assignment solvers that every matching method calls.
 
 Three exact solvers of ``max_p Σ_i S[i, p[i]]`` over permutations ``p`` of a square matrix,
-and ``auto``, weight matching's default: ``lapx`` for matrices of ``AUTO_LAPX_MIN`` (512) rows
+and ``auto``, weight matching's default: ``lapx`` for matrices of ``AUTO_LAPX_MIN`` (32) rows
 or more where lapx is installed and passed its check, ``scipy`` otherwise.
 
 - ``scipy``: SciPy's ``linear_sum_assignment`` (a shortest-augmenting-path Jonker–Volgenant
   variant) on ``S`` reduced by its row and then column maxima (the same optimum);
-- ``lapx``: lapx's Jonker–Volgenant (``lap.lapjv`` in float64; the optional ``lapx`` package,
-  ``pip install 'lmc[fast]'``) on the same reduced ``S``, negated into costs and scaled by a
+- ``lapx``: lapx's Jonker–Volgenant (``lap.lapjvr``, its Rust solver, in float64; ``lap.lapjv``
+  in builds without it; the optional ``lapx`` package, ``pip install 'lmc[fast]'``) on the same
+  reduced ``S``, negated into costs and scaled by a
   power of two into [0, 1) (exact). Before anything uses it, :func:`lapx_problem` checks that
   the installed build reaches SciPy's optimum on 32 fixed matrices (ties, tiny, huge and
   negative values); one that does not is never used;
@@ -36,13 +37,14 @@ solver: a result that must give the same numbers on every machine names ``scipy`
 rather than ``auto`` (whose answer depends on whether lapx is installed); the committed recipes
 name ``scipy``.
 
-Speed (``benchmarks/weight_matching.py --profile``, 2026-12-05, one shared 2-core CPU under
-load from other jobs, so only ratios within one run count): lapx's assignments took 1.3–1.9×
-less time than SciPy's in weight matching of digits MLPs of width 512–2048 in 5 of 6 runs
-(identity and one-pass starts; 0.95× once, width 1024 from the identity) and 1.4–2.4× more on
-ResNet-20 ×2 and ×4 (groups of 64–256 units), hence ``AUTO_LAPX_MIN``; every solver gave the
-same permutations in those runs. The load made single ratios uncertain by up to ~40 % (SciPy
-timed against itself once read 1.39×). The sparse solver's assignments took 5–17× SciPy's time at
+Speed (measured 2026-12-06 on a quiet 2-core CPU; ``benchmarks/weight_matching.py --solvers
+--profile``, log ``docs/results/benchmarks/weight_matching-solvers-2026-12-06.log``): on the
+similarity matrices of weight matching, lapx's ``lapjvr`` in float64 solved the same problems
+2.5–4× faster than SciPy (groups of 32 to 4096 units), while lapx's older ``lapjv`` was 1.3–1.9×
+faster on groups of 512–2048 units and slower below 256, and at 4096 units slower than SciPy
+(the input layer's rank-65 matrix: 2.1× SciPy's time); ``lapjvs`` is fast only in float32, which
+is not exact. Below 32 units SciPy is as fast, hence ``AUTO_LAPX_MIN``. Every solver gave the
+same permutations in those runs. The sparse solver's assignments took 5–17× SciPy's time at
 widths 1024 and 2048 (the candidate problem is solved densely with forbidden edges, so it costs
 a dense solve per round plus the certificate): an exact second solver, not a faster one, and
 never a default.
@@ -63,10 +65,11 @@ from lmc.config import LmcError
 
 SOLVERS = ("auto", "scipy", "lapx", "sparse")
 #: ``auto`` gives matrices of this many rows or more to lapx (where it can run), smaller ones
-#: to SciPy: lapx was faster on the benchmark MLPs' groups of 512 to 2048 units and slower on
-#: ResNet-20's groups of 64 to 256 (module docstring).
-AUTO_LAPX_MIN = 512
+#: to SciPy: lapx's ``lapjvr`` was 2.5-4x faster from 32 units up, and no faster below (module
+#: docstring).
+AUTO_LAPX_MIN = 32
 
+_TORCH_REDUCE_MIN = 256  # _reduced: torch from this many rows, NumPy below
 _MAX_ROUNDS = 12  # sparse rounds before the dense fallback
 _EPS = 1e-11  # certificate tolerance, relative to max|S|
 _MARGIN32 = 1e-6  # float32 screening margin, relative to max|S| + max|v| (rounding ~1e-7)
@@ -127,22 +130,42 @@ def _prices(
 
 def _reduced(s: torch.Tensor) -> np.ndarray:
     """``s`` (float64, CPU) less its row maxima, then its column maxima: every entry ≤ 0, the
-    same optimum; what both dense solvers are given, so they see the same numbers."""
-    x = s.detach().to("cpu", torch.float64).numpy()
-    x = x - x.max(axis=1, keepdims=True)  # NumPy: torch's reductions cost ~1 ms per call
-    return x - x.max(axis=0, keepdims=True)  # on small matrices (thread start-up)
+    same optimum; what both dense solvers are given, so they see the same numbers. A new array
+    (the callers may modify it), computed in place: torch's threaded reductions on large
+    matrices, NumPy's on small ones (torch's cost ~1 ms per call there: thread start-up); both
+    give the same numbers."""
+    x = s.detach().to("cpu", torch.float64)
+    if x.shape[0] >= _TORCH_REDUCE_MIN:
+        x = x.clone()
+        x -= x.amax(dim=1, keepdim=True)
+        x -= x.amax(dim=0, keepdim=True)
+        return x.numpy()
+    y = x.numpy().copy()
+    y -= y.max(axis=1, keepdims=True)
+    y -= y.max(axis=0, keepdims=True)
+    return y
 
 
 def _lapx(s: torch.Tensor) -> torch.Tensor:
-    """lapx's Jonker–Volgenant (``lap.lapjv``, float64) on the reduced ``s`` negated into costs
-    ≥ 0 and scaled by a power of two into [0, 1) (exact, so the optimum is the same)."""
+    """lapx's Jonker–Volgenant on the reduced ``s`` negated into costs ≥ 0 and scaled by a power
+    of two into [0, 1) (exact, so the optimum is the same): ``lap.lapjvr`` in float64 (lapx's
+    Rust solver, 2.5–4× SciPy's speed on weight-matching matrices of 32 to 4096 units here),
+    else ``lap.lapjv`` (lapx builds without the Rust solvers)."""
     import lap
 
-    cost = -_reduced(s)
+    cost = _reduced(s)
+    np.negative(cost, out=cost)
     top = float(cost.max()) if cost.size else 0.0
     if top > 0:
-        cost = np.ldexp(cost, -int(np.frexp(top)[1]))
-    _, x, _ = lap.lapjv(np.ascontiguousarray(cost))
+        np.ldexp(cost, -int(np.frexp(top)[1]), out=cost)
+    if hasattr(lap, "lapjvr"):
+        rows, cols = lap.lapjvr(cost, return_cost=False, precision="float64")
+        out = torch.empty(s.shape[0], dtype=torch.long)
+        out[torch.from_numpy(np.asarray(rows, dtype=np.int64))] = torch.from_numpy(
+            np.asarray(cols, dtype=np.int64)
+        )
+        return out
+    _, x, _ = lap.lapjv(cost)
     return torch.from_numpy(np.asarray(x, dtype=np.int64))
 
 

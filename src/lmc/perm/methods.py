@@ -460,7 +460,7 @@ def _weight_settings() -> tuple[MethodSetting, ...]:
         MethodSetting(
             "solver",
             "auto",
-            "the exact linear-assignment solver: auto (lapx on groups of 512 units or more where "
+            "the exact linear-assignment solver: auto (lapx on groups of 32 units or more where "
             "it is installed, else scipy), scipy, lapx or sparse; they may break exact ties "
             "differently",
             type=str,
