@@ -91,8 +91,8 @@ def _check_square(s: torch.Tensor) -> None:
         raise LmcError(f"similarity must be a square matrix, got shape {list(s.shape)}")
 
 
-def _scipy(s: torch.Tensor) -> torch.Tensor:
-    rows, cols = linear_sum_assignment(_reduced(s), maximize=True)
+def _scipy(s: torch.Tensor, work: torch.Tensor | None = None) -> torch.Tensor:
+    rows, cols = linear_sum_assignment(_reduced(s, work), maximize=True)
     out = torch.empty(s.shape[0], dtype=torch.long)
     out[torch.from_numpy(rows).long()] = torch.from_numpy(cols).long()
     return out
@@ -128,15 +128,19 @@ def _prices(
     return -torch.from_numpy(dist[:n]).to(s.dtype)
 
 
-def _reduced(s: torch.Tensor) -> np.ndarray:
+def _reduced(s: torch.Tensor, work: torch.Tensor | None = None) -> np.ndarray:
     """``s`` (float64, CPU) less its row maxima, then its column maxima: every entry ≤ 0, the
     same optimum; what both dense solvers are given, so they see the same numbers. A new array
-    (the callers may modify it), computed in place: torch's threaded reductions on large
-    matrices, NumPy's on small ones (torch's cost ~1 ms per call there: thread start-up); both
-    give the same numbers."""
+    (the callers may modify it), or ``work`` (a float64 CPU buffer of at least ``s.numel()``
+    values, kept by the caller between solves: fresh memory of this size costs page faults),
+    computed in place: torch's threaded reductions on large matrices, NumPy's on small ones
+    (torch's cost ~1 ms per call there: thread start-up); both give the same numbers."""
     x = s.detach().to("cpu", torch.float64)
     if x.shape[0] >= _TORCH_REDUCE_MIN:
-        x = x.clone()
+        if work is not None and work.numel() >= x.numel():
+            x = work[: x.numel()].view(x.shape).copy_(x)
+        else:
+            x = x.clone()
         x -= x.amax(dim=1, keepdim=True)
         x -= x.amax(dim=0, keepdim=True)
         return x.numpy()
@@ -146,14 +150,14 @@ def _reduced(s: torch.Tensor) -> np.ndarray:
     return y
 
 
-def _lapx(s: torch.Tensor) -> torch.Tensor:
+def _lapx(s: torch.Tensor, work: torch.Tensor | None = None) -> torch.Tensor:
     """lapx's Jonker–Volgenant on the reduced ``s`` negated into costs ≥ 0 and scaled by a power
     of two into [0, 1) (exact, so the optimum is the same): ``lap.lapjvr`` in float64 (lapx's
     Rust solver, 2.5–4× SciPy's speed on weight-matching matrices of 32 to 4096 units here),
     else ``lap.lapjv`` (lapx builds without the Rust solvers)."""
     import lap
 
-    cost = _reduced(s)
+    cost = _reduced(s, work)
     np.negative(cost, out=cost)
     top = float(cost.max()) if cost.size else 0.0
     if top > 0:
@@ -292,6 +296,7 @@ def solve_assignment(
     start: torch.Tensor | None = None,
     k: int = 16,
     min_size: int = 256,
+    work: torch.Tensor | None = None,
 ) -> Assignment:
     """The exact maximiser ``p`` of ``Σ_i similarity[i, p[i]]``, with its certificate.
 
@@ -301,9 +306,11 @@ def solve_assignment(
     ``prices`` (n,) and ``start`` (a permutation) warm-start the sparse solver (from the last
     solve of a similar matrix); ``k``: candidate columns per row; matrices smaller than
     ``min_size`` go to SciPy whatever ``solver`` says when it is ``sparse`` (the sparse
-    rounds' overhead does not pay below it). Non-finite entries are the caller's to refuse.
-    Every solver is exact; where several permutations tie for the optimum they may return
-    different ones (each always the same one for the same matrix).
+    rounds' overhead does not pay below it). ``work``: a float64 CPU tensor of at least n²
+    values the dense solvers may overwrite, kept by a caller that solves many large matrices
+    (fresh memory of that size costs page faults on every solve). Non-finite entries are the
+    caller's to refuse. Every solver is exact; where several permutations tie for the optimum
+    they may return different ones (each always the same one for the same matrix).
     """
     _check_square(similarity)
     solver = resolve_solver(solver)
@@ -311,9 +318,9 @@ def solve_assignment(
     if n == 0:
         return Assignment(torch.zeros(0, dtype=torch.long), None, 0)
     if solver == "lapx" or (solver == "auto" and n >= AUTO_LAPX_MIN):
-        return Assignment(_lapx(similarity), None, 0)
+        return Assignment(_lapx(similarity, work), None, 0)
     if solver in ("scipy", "auto") or n < max(min_size, 2):
-        return Assignment(_scipy(similarity), None, 0)
+        return Assignment(_scipy(similarity, work), None, 0)
     return _sparse(similarity, prices, start, k)
 
 

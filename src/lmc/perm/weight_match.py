@@ -65,7 +65,13 @@ from lmc.models.compare import check_same_architecture
 
 from .heads import head_value, nested_assignment, nested_of
 from .lap import Assignment, resolve_solver, solve_assignment
-from .ops import MatchResult, check_permutation, identity_permutation, matching_objective
+from .ops import (
+    MatchResult,
+    WorkBuffer,
+    check_permutation,
+    identity_permutation,
+    matching_objective,
+)
 from .spec import AxisEntry, PermutationSpec, axis_index
 
 
@@ -116,13 +122,20 @@ _STEP_TOL = 1e-12  # a step must beat its group's current value by this much (fl
 _SPARSE_MIN = 1024  # groups this large use the sparse solver (``solver='sparse'``)
 
 
-def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x.index_select(0, index)`` for a (K, n) slice; a slice that is the transposed view of
-    a weight (``x.T`` contiguous) is gathered as columns of that weight, 3x faster than
-    gathering its strided rows (the result is the transposed view of the gathered weight)."""
+def _rows(x: torch.Tensor, index: torch.Tensor, out: WorkBuffer | None = None) -> torch.Tensor:
+    """``x.index_select(0, index)`` for a (K, n) slice, into ``out``'s buffer when given; a
+    slice that is the transposed view of a weight (``x.T`` contiguous) is gathered as columns
+    of that weight, 3x faster than gathering its strided rows (the result is the transposed
+    view of the gathered weight)."""
     if x.dim() == 2 and x.T.is_contiguous() and x.shape[1] > 1:
-        return x.T.index_select(1, index).T
-    return x.index_select(0, index)
+        if out is None:
+            return x.T.index_select(1, index).T
+        buf = out.get((x.shape[1], index.numel()), x.dtype)
+        return torch.index_select(x.T, 1, index, out=buf).T
+    if out is None:
+        return x.index_select(0, index)
+    buf = out.get((index.numel(), *x.shape[1:]), x.dtype)
+    return torch.index_select(x, 0, index, out=buf)
 
 
 def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
@@ -203,6 +216,25 @@ class SimilarityMatrices:
         self._recent: OrderedDict[str, None] = OrderedDict()  # least recently updated first
         self._bytes = 0
         self._fresh = {g: False for g in self.sizes}  # S_g built at least once
+        # work buffers kept between products (see WorkBuffer): the product and its float64
+        # copy, and the gathered rows of B (new and old order) and of A
+        self._product, self._wide = WorkBuffer(self.device), WorkBuffer(self.device)
+        self._gathered, self._old = WorkBuffer(self.device), WorkBuffer(self.device)
+        self._own = WorkBuffer(self.device)
+        self._assignment = WorkBuffer(torch.device("cpu"))
+
+    def assignment_work(self, group: str) -> torch.Tensor:
+        """A kept float64 CPU buffer for the assignment solver on ``S_group``
+        (:func:`lmc.perm.lap.solve_assignment`'s ``work``)."""
+        return self._assignment.get((self.sizes[group] ** 2,), torch.float64)
+
+    def _accumulate(self, s: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
+        """``s += x @ y``: the product in the operands' precision, accumulated in ``s``'s
+        (float64), through kept buffers (the same numbers as ``s += x @ y``)."""
+        product = torch.mm(x, y, out=self._product.get((x.shape[0], y.shape[1]), x.dtype))
+        if product.dtype != s.dtype:
+            product = self._wide.get(tuple(product.shape), s.dtype).copy_(product)
+        s += product
 
     def matrix(self, group: str) -> torch.Tensor:
         """The current ``S_group`` (live: updated in place by :meth:`update`; do not modify).
@@ -272,8 +304,8 @@ class SimilarityMatrices:
             new = term.column_order(perm)
             term.seen = tuple(perm[g] for g in term.deps)
             if not term.built:
-                b = term.b if new is None else _rows(term.b, new)
-                s += term.a.T @ b  # float32 product, accumulated in float64
+                b = term.b if new is None else _rows(term.b, new, self._gathered)
+                self._accumulate(s, term.a.T, b)
                 term.col, term.built = new, True
                 changed = True
                 continue
@@ -283,11 +315,13 @@ class SimilarityMatrices:
             if diff.numel() == 0:
                 continue
             if diff.numel() == new.numel():
-                delta = _rows(term.b, new) - _rows(term.b, term.col)
-                s += term.a.T @ delta
+                delta = _rows(term.b, new, self._gathered)
+                delta -= _rows(term.b, term.col, self._old)
+                self._accumulate(s, term.a.T, delta)
             else:
-                delta = _rows(term.b, new[diff]) - _rows(term.b, term.col[diff])
-                s += _rows(term.a, diff).T @ delta
+                delta = _rows(term.b, new[diff], self._gathered)
+                delta -= _rows(term.b, term.col[diff], self._old)
+                self._accumulate(s, _rows(term.a, diff, self._own).T, delta)
             term.col = new
             changed = True
         return changed
@@ -524,6 +558,7 @@ def _descend(
                         prices=None if last is None else last.prices,
                         start=perm[g],
                         min_size=_SPARSE_MIN,
+                        work=sim.assignment_work(g),
                     )
                     warm[g] = solved
                     new = solved.perm
@@ -621,7 +656,11 @@ def _one_pass(
             head, flats, _ = nested_assignment(head_s, inner, sizes[g])
             chosen = dict(zip([g, *nested[g]], [head, *flats]))
         else:
-            chosen = {g: solve_assignment(sim.matrix(g), solver=solver, min_size=_SPARSE_MIN).perm}
+            chosen = {
+                g: solve_assignment(
+                    sim.matrix(g), solver=solver, min_size=_SPARSE_MIN, work=sim.assignment_work(g)
+                ).perm
+            }
         assignments += 1
         if all(t.built for m in members for t in sim.terms[m]):
             complete.add(g)
