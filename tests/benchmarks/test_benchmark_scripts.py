@@ -78,3 +78,20 @@ def test_weight_matching_benchmark_times_every_solver_on_the_same_assignments(mo
     assert "scipy" in solvers and "missed" not in solvers.replace("lapjvs(float32)", "")
     if lapx_problem() is None:
         assert "lapx.lapjvr" in solvers
+
+
+def test_assignment_overlap_benchmark_times_each_solver_alone_and_overlapped(monkeypatch, capsys):
+    """In-process on a tiny similarity: a row per solver with the four timings and the saving."""
+    import runpy
+
+    argv = ["assignment_overlap.py", "--n", "64", "--k", "16", "--products", "2",
+            "--repeats", "1", "--threads", "1"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(ROOT / "benchmarks" / "assignment_overlap.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert "1 threads; n=64, k=16, 2 products" in lines[0]
+    rows = [line.split() for line in lines[2:-1]]
+    assert rows[0][0] == "scipy" and all(len(r) == 6 for r in rows)
+    for _, lap_s, prod_s, total, both, saved in rows:
+        assert float(total) == pytest.approx(float(lap_s) + float(prod_s), abs=2e-3)
+        assert float(both) > 0 and saved.endswith("%")
