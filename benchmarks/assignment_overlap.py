@@ -18,22 +18,12 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 from collections.abc import Callable
 
 import torch
+from _common import best_time
 
 from lmc.perm.lap import lapx_problem, solve_assignment
-
-
-def best_of(repeats: int, fn: Callable[[], object]) -> float:
-    """The fastest of ``repeats`` wall-clock timings of ``fn()``, in seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def near_permutation_similarity(n: int, k: int, noise: float, seed: int) -> torch.Tensor:
@@ -84,8 +74,9 @@ def main() -> None:
             products()
             thread.join()
 
-        lap_s, prod_s = best_of(args.repeats, solve), best_of(args.repeats, products)
-        both_s = best_of(args.repeats, both)
+        lap_s = best_time(solve, args.repeats, warmup=0)
+        prod_s = best_time(products, args.repeats, warmup=0)
+        both_s = best_time(both, args.repeats, warmup=0)
         total = lap_s + prod_s
         print(
             f"{solver:8} {lap_s:7.3f} {prod_s:12.3f} {total:7.3f} {both_s:14.3f} "

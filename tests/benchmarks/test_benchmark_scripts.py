@@ -87,6 +87,7 @@ def test_assignment_overlap_benchmark_times_each_solver_alone_and_overlapped(mon
     argv = ["assignment_overlap.py", "--n", "64", "--k", "16", "--products", "2",
             "--repeats", "1", "--threads", "1"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     runpy.run_path(str(ROOT / "benchmarks" / "assignment_overlap.py"), run_name="__main__")
     lines = capsys.readouterr().out.splitlines()
     assert "1 threads; n=64, k=16, 2 products" in lines[0]
