@@ -278,6 +278,22 @@ def test_weight_matching_is_deterministic_and_improves():
         apply_permutation(spec, info, sb)
 
 
+def test_parameters_that_require_grad_match_as_their_detached_values():
+    """``dict(model.named_parameters())`` (tensors that require grad) gives the same answer and
+    objectives as the state dict: matching reads values, it is not differentiated."""
+    a = build("mlp", seed=1, input_size=5, width=16, depth=2, num_classes=3)
+    b = build("mlp", seed=2, input_size=5, width=16, depth=2, num_classes=3)
+    spec = spec_from_model(a, torch.zeros(2, 5))
+    grads = weight_matching(spec, dict(a.named_parameters()), dict(b.named_parameters()))
+    plain = weight_matching(spec, a.state_dict(), b.state_dict())
+    assert all(torch.equal(grads.perm[g], plain.perm[g]) for g in plain.perm)
+    assert grads.objective_after == plain.objective_after
+    value = matching_objective(
+        spec, dict(a.named_parameters()), dict(b.named_parameters()), plain.perm
+    )
+    assert value == plain.objective_after
+
+
 def test_a_memory_limit_on_the_similarities_changes_the_work_not_the_answer():
     """similarity_bytes: matrices are released least recently used first and rebuilt at
     their next visit; the descent takes the same steps to the same permutation."""

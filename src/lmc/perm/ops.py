@@ -203,8 +203,8 @@ def matching_objective(
     for name in spec.permuted_names:
         if name not in state_a or name not in state_b:
             continue
-        a = state_a[name]
-        b = state_b[name]
+        a = state_a[name].detach()
+        b = state_b[name].detach()  # parameters that require grad cannot be gathered into out=
         if perm is not None:  # gathered axis by axis into two buffers kept for this call
             for i, (axis, index) in enumerate(_gathers(spec, perm, name, b.device)):
                 out = buffers[i % 2]
