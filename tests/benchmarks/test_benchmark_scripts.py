@@ -95,4 +95,4 @@ def test_assignment_overlap_benchmark_times_each_solver_alone_and_overlapped(mon
     assert rows[0][0] == "scipy" and all(len(r) == 6 for r in rows)
     for _, lap_s, prod_s, total, both, saved in rows:
         assert float(total) == pytest.approx(float(lap_s) + float(prod_s), abs=2e-3)
-        assert float(both) > 0 and saved.endswith("%")
+        assert float(both) >= 0 and saved.endswith("%")  # a tiny case may print 0.000
