@@ -22,6 +22,7 @@ from lmc.perm import (
     weight_matching,
 )
 from lmc.perm.lap import lapx_problem, resolve_solver
+from lmc.perm.ops import permute_tensor
 
 
 def _mlp_spec():
@@ -292,6 +293,41 @@ def test_parameters_that_require_grad_match_as_their_detached_values():
         spec, dict(a.named_parameters()), dict(b.named_parameters()), plain.perm
     )
     assert value == plain.objective_after
+
+
+def test_the_objective_rounds_each_product_once_whatever_the_matmul_precision():
+    """Each float32 product rounded once, summed in float64: the float64 objective to within
+    that rounding, and the same number under every ``set_float32_matmul_precision`` (a float32
+    matrix product would follow it: bfloat16 on CPUs that have it)."""
+    a = build("mlp", seed=1, input_size=64, width=256, depth=2, num_classes=3)
+    b = build("mlp", seed=2, input_size=64, width=256, depth=2, num_classes=3)
+    spec = spec_from_model(a, torch.zeros(2, 64))
+    sa, sb = a.state_dict(), b.state_dict()
+    perm = random_permutation(spec, seed=3)
+    wide_a = {k: v.double() for k, v in sa.items()}
+    wide_b = {k: v.double() for k, v in sb.items()}
+    exact = matching_objective(spec, wide_a, wide_b, perm)
+    # each float32 product is within 2^-24 of its float64 value: the sum within that of Σ|ab|
+    bound = 2.0**-24 * matching_objective(
+        spec, {k: v.abs() for k, v in wide_a.items()}, {k: v.abs() for k, v in wide_b.items()}, perm
+    )
+    before = torch.get_float32_matmul_precision()
+    try:
+        values = []
+        for precision in ("highest", "high", "medium"):
+            torch.set_float32_matmul_precision(precision)
+            values.append(matching_objective(spec, sa, sb, perm))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert values[0] == values[1] == values[2]
+    assert abs(values[0] - exact) <= bound
+
+
+def test_permute_tensor_skips_an_axis_whose_group_is_not_given():
+    spec = PermutationSpec.from_dict({"w": ("P", "Q")}, {"w": (3, 4)})
+    w = torch.randn(3, 4)
+    q = torch.tensor([3, 2, 1, 0])
+    assert torch.equal(permute_tensor(spec, {"Q": q}, "w", w, skip_axis=0), w[:, q])
 
 
 def test_a_memory_limit_on_the_similarities_changes_the_work_not_the_answer():

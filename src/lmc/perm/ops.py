@@ -99,9 +99,8 @@ def permute_tensor(
     Returns ``tensor`` itself when nothing is permuted.
     """
     out = tensor
-    for axis, index in _gathers(spec, perm, name, tensor.device):
-        if axis != skip_axis:
-            out = out.index_select(axis, index)
+    for axis, index in _gathers(spec, perm, name, tensor.device, skip_axis):
+        out = out.index_select(axis, index)
     return out
 
 
@@ -200,6 +199,7 @@ def matching_objective(
     _refuse_result(perm)
     total = 0.0
     buffers = [WorkBuffer(torch.device("cpu")), WorkBuffer(torch.device("cpu"))]
+    products = WorkBuffer(torch.device("cpu"))
     for name in spec.permuted_names:
         if name not in state_a or name not in state_b:
             continue
@@ -212,31 +212,39 @@ def matching_objective(
                     out = buffers[i % 2] = WorkBuffer(b.device)
                 shape = (*b.shape[:axis], index.numel(), *b.shape[axis + 1 :])
                 b = torch.index_select(b, axis, index, out=out.get(shape, b.dtype))
-        total += _inner(a, b.to(a.device))
+        if products.device != a.device:
+            products = WorkBuffer(a.device)
+        total += _inner(a, b.to(a.device), products)
     return total
 
 
 def _gathers(
-    spec: PermutationSpec, perm: Mapping[str, torch.Tensor], name: str, device: torch.device
+    spec: PermutationSpec,
+    perm: Mapping[str, torch.Tensor],
+    name: str,
+    device: torch.device,
+    skip_axis: int | None = None,
 ) -> list[tuple[int, torch.Tensor]]:
-    """(axis, index) of every permuted axis of ``name``: what :func:`permute_tensor` gathers."""
+    """(axis, index) of every permuted axis of ``name`` but ``skip_axis`` (whose groups
+    ``perm`` need not hold): what :func:`permute_tensor` gathers."""
     return [
         (axis, axis_index(entry, perm, device=device))
         for axis, entry in enumerate(spec[name])
-        if entry is not None
+        if entry is not None and axis != skip_axis
     ]
 
 
-def _inner(a: torch.Tensor, b: torch.Tensor) -> float:
-    """⟨a, b⟩ in float64: float64 tensors directly; others in float32, one dot product per
-    leading-axis row (a batched product, 2x faster than a float32 product tensor summed in
-    float64; rows of at most 16384 values, whose float32 sums are accurate to about 1e-8 of
-    the total) summed in float64; small tensors and longer rows as a float32 product tensor
-    summed in float64."""
+def _inner(a: torch.Tensor, b: torch.Tensor, out: WorkBuffer | None = None) -> float:
+    """⟨a, b⟩ in float64: float64 tensors directly; others as their float32 elementwise
+    product (into ``out``'s buffer when given: fresh memory of a large weight's size costs page
+    faults) summed in float64, so each product is rounded once and the sum is exact to float64.
+    Not a matrix product: its float32 accumulation would follow
+    ``torch.set_float32_matmul_precision`` (TF32 or bfloat16) and lose ~1e-5 of the total where
+    terms cancel."""
     if a.dtype == b.dtype == torch.float64:
         return float(torch.sum(a * b))
-    if a.dim() < 2 or a.numel() < 1 << 16 or a.numel() > a.shape[0] << 14:
-        return float(torch.sum(a.float() * b.float(), dtype=torch.float64))
-    rows = a.float().reshape(a.shape[0], 1, -1)
-    cols = b.float().reshape(b.shape[0], -1, 1)
-    return float(torch.bmm(rows, cols).sum(dtype=torch.float64))
+    a, b = a.float(), b.float()
+    if out is None:
+        return float(torch.sum(a * b, dtype=torch.float64))
+    product = torch.mul(a, b, out=out.get(tuple(a.shape), torch.float32))
+    return float(product.sum(dtype=torch.float64))
