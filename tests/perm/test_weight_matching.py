@@ -299,8 +299,9 @@ def test_the_objective_rounds_each_product_once_whatever_the_matmul_precision():
     """Each float32 product rounded once, summed in float64: the float64 objective to within
     that rounding, and the same number under every ``set_float32_matmul_precision`` (a float32
     matrix product would follow it: bfloat16 on CPUs that have it)."""
-    a = build("mlp", seed=1, input_size=64, width=256, depth=2, num_classes=3)
-    b = build("mlp", seed=2, input_size=64, width=256, depth=2, num_classes=3)
+    # width 768: the 768² weight goes through _inner's chunks (2¹⁸ values), the rest whole
+    a = build("mlp", seed=1, input_size=64, width=768, depth=2, num_classes=3)
+    b = build("mlp", seed=2, input_size=64, width=768, depth=2, num_classes=3)
     spec = spec_from_model(a, torch.zeros(2, 64))
     sa, sb = a.state_dict(), b.state_dict()
     perm = random_permutation(spec, seed=3)

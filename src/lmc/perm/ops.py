@@ -234,17 +234,24 @@ def _gathers(
     ]
 
 
+_INNER_CHUNK = 1 << 18  # values per chunk of _inner's products (1 MB of float32: stays in cache)
+
+
 def _inner(a: torch.Tensor, b: torch.Tensor, out: WorkBuffer | None = None) -> float:
     """⟨a, b⟩ in float64: float64 tensors directly; others as their float32 elementwise
-    product (into ``out``'s buffer when given: fresh memory of a large weight's size costs page
-    faults) summed in float64, so each product is rounded once and the sum is exact to float64.
-    Not a matrix product: its float32 accumulation would follow
-    ``torch.set_float32_matmul_precision`` (TF32 or bfloat16) and lose ~1e-5 of the total where
-    terms cancel."""
+    products, each rounded once, summed in float64 (so the sum is float64-exact). Large tensors
+    go in chunks of :data:`_INNER_CHUNK` values through ``out``'s buffer: faster than one
+    product tensor (2x on GPT-2's embedding, measured) and than a float32 matrix product, whose
+    accumulation would follow ``torch.set_float32_matmul_precision`` (TF32 or bfloat16) and
+    lose ~1e-5 of the total where terms cancel."""
     if a.dtype == b.dtype == torch.float64:
         return float(torch.sum(a * b))
-    a, b = a.float(), b.float()
-    if out is None:
-        return float(torch.sum(a * b, dtype=torch.float64))
-    product = torch.mul(a, b, out=out.get(tuple(a.shape), torch.float32))
-    return float(product.sum(dtype=torch.float64))
+    a, b = a.reshape(-1), b.reshape(-1)
+    if out is None or a.numel() <= _INNER_CHUNK:
+        return float(torch.sum(a.float() * b.float(), dtype=torch.float64))
+    buf = out.get((_INNER_CHUNK,), torch.float32)
+    parts = []
+    for start in range(0, a.numel(), _INNER_CHUNK):
+        x, y = a[start : start + _INNER_CHUNK].float(), b[start : start + _INNER_CHUNK].float()
+        parts.append(torch.mul(x, y, out=buf[: x.numel()]).sum(dtype=torch.float64))
+    return float(torch.stack(parts).sum())
