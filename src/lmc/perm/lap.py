@@ -39,11 +39,11 @@ name ``scipy``.
 
 Speed (measured 2026-12-06 on a quiet 2-core CPU; ``benchmarks/weight_matching.py --solvers
 --profile``, log ``docs/results/benchmarks/weight_matching-solvers-2026-12-06.log``): on every
-similarity matrix of a weight-matching run, lapx's ``lapjvr`` in float64 was 2.6–3.9× as fast as
-SciPy on the MLPs' groups of 512 to 4096 units and 1.7–2.0× on ResNet-20's of 16 to 256 units;
-lapx's older ``lapjv`` was 1.3–1.6× as fast at 512–2048 units, 0.80× at 4096 and 0.63–0.75× on
+similarity matrix of a weight-matching run, lapx's ``lapjvr`` in float64 was 2.6–4.2× as fast as
+SciPy on the MLPs' groups of 512 to 4096 units and 1.6–2.0× on ResNet-20's of 16 to 256 units;
+lapx's older ``lapjv`` was 1.5–1.6× as fast at 512–2048 units, 0.81× at 4096 and 0.62–0.66× on
 the ResNets; ``lapjvs``, timed in float32 (its fast mode, not exact for float64 similarities),
-1.3–1.8× on the MLPs and 0.7–0.9× on the ResNets. No solver missed SciPy's optimum on any of
+1.4–1.8× on the MLPs and 0.7–0.9× on the ResNets. No solver missed SciPy's optimum on any of
 those matrices. Below 32 units SciPy was as fast on single groups' matrices (timed while choosing
 ``AUTO_LAPX_MIN``; no log). The sparse solver's assignments took 9.0× and 11.6× SciPy's time at
 widths 1024 and 2048 (log ``docs/results/benchmarks/weight_matching-2026-12-04.log``; the
@@ -67,7 +67,7 @@ from lmc.config import LmcError
 
 SOLVERS = ("auto", "scipy", "lapx", "sparse")
 #: ``auto`` gives matrices of this many rows or more to lapx (where it can run), smaller ones
-#: to SciPy: lapx's ``lapjvr`` was 1.7-3.9x as fast on the benchmark runs' assignments, SciPy
+#: to SciPy: lapx's ``lapjvr`` was 1.6-4.2x as fast on the benchmark runs' assignments, SciPy
 #: as fast on single matrices below 32 rows (module docstring).
 AUTO_LAPX_MIN = 32
 
