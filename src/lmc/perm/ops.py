@@ -198,23 +198,24 @@ def matching_objective(
     """
     _refuse_result(perm)
     total = 0.0
-    buffers = [WorkBuffer(torch.device("cpu")), WorkBuffer(torch.device("cpu"))]
-    products = WorkBuffer(torch.device("cpu"))
+    # kept for this call, per device: two buffers the gathers alternate between, one for _inner
+    pool: dict[tuple[int, torch.device], WorkBuffer] = {}
+
+    def work(slot: int, device: torch.device) -> WorkBuffer:
+        return pool.setdefault((slot, device), WorkBuffer(device))
+
     for name in spec.permuted_names:
         if name not in state_a or name not in state_b:
             continue
-        a = state_a[name].detach()
-        b = state_b[name].detach()  # parameters that require grad cannot be gathered into out=
-        if perm is not None:  # gathered axis by axis into two buffers kept for this call
-            for i, (axis, index) in enumerate(_gathers(spec, perm, name, b.device)):
-                out = buffers[i % 2]
-                if out.device != b.device:
-                    out = buffers[i % 2] = WorkBuffer(b.device)
+        a = state_a[name].detach()  # parameters that require grad cannot be gathered into out=
+        b = state_b[name].detach().to(a.device)
+        if perm is not None:  # gathered axis by axis, as permute_tensor does
+            for i, (axis, index) in enumerate(_gathers(spec, perm, name, a.device)):
                 shape = (*b.shape[:axis], index.numel(), *b.shape[axis + 1 :])
-                b = torch.index_select(b, axis, index, out=out.get(shape, b.dtype))
-        if products.device != a.device:
-            products = WorkBuffer(a.device)
-        total += _inner(a, b.to(a.device), products)
+                b = torch.index_select(
+                    b, axis, index, out=work(i % 2, a.device).get(shape, b.dtype)
+                )
+        total += _inner(a, b, work(2, a.device))
     return total
 
 
@@ -237,7 +238,7 @@ def _gathers(
 _INNER_CHUNK = 1 << 18  # values per chunk of _inner's products (1 MB of float32: stays in cache)
 
 
-def _inner(a: torch.Tensor, b: torch.Tensor, out: WorkBuffer | None = None) -> float:
+def _inner(a: torch.Tensor, b: torch.Tensor, out: WorkBuffer) -> float:
     """⟨a, b⟩ in float64: float64 tensors directly; others as their float32 elementwise
     products, each rounded once, summed in float64 (so the sum is float64-exact). Large tensors
     go in chunks of :data:`_INNER_CHUNK` values through ``out``'s buffer: faster than one
@@ -247,7 +248,7 @@ def _inner(a: torch.Tensor, b: torch.Tensor, out: WorkBuffer | None = None) -> f
     if a.dtype == b.dtype == torch.float64:
         return float(torch.sum(a * b))
     a, b = a.reshape(-1), b.reshape(-1)
-    if out is None or a.numel() <= _INNER_CHUNK:
+    if a.numel() <= _INNER_CHUNK:
         return float(torch.sum(a.float() * b.float(), dtype=torch.float64))
     buf = out.get((_INNER_CHUNK,), torch.float32)
     parts = []

@@ -122,18 +122,14 @@ _STEP_TOL = 1e-12  # a step must beat its group's current value by this much (fl
 _SPARSE_MIN = 1024  # groups this large use the sparse solver (``solver='sparse'``)
 
 
-def _rows(x: torch.Tensor, index: torch.Tensor, out: WorkBuffer | None = None) -> torch.Tensor:
-    """``x.index_select(0, index)`` for a (K, n) slice, into ``out``'s buffer when given; a
-    slice that is the transposed view of a weight (``x.T`` contiguous) is gathered as columns
-    of that weight, 3x faster than gathering its strided rows (the result is the transposed
-    view of the gathered weight)."""
+def _rows(x: torch.Tensor, index: torch.Tensor, out: WorkBuffer) -> torch.Tensor:
+    """``x.index_select(0, index)`` for a (K, n) slice, into ``out``'s buffer; a slice that is
+    the transposed view of a weight (``x.T`` contiguous) is gathered as columns of that weight,
+    3x faster than gathering its strided rows (the result is the transposed view of the
+    gathered weight)."""
     if x.dim() == 2 and x.T.is_contiguous() and x.shape[1] > 1:
-        if out is None:
-            return x.T.index_select(1, index).T
         buf = out.get((x.shape[1], index.numel()), x.dtype)
         return torch.index_select(x.T, 1, index, out=buf).T
-    if out is None:
-        return x.index_select(0, index)
     buf = out.get((index.numel(), *x.shape[1:]), x.dtype)
     return torch.index_select(x, 0, index, out=buf)
 
