@@ -13,7 +13,9 @@ Every matching function (``weight_matching``, ``activation_matching``, ``ste_mat
 returns one result type, a frozen dataclass derived from :class:`MatchResult`: the
 permutation is its ``perm`` field, next to the method's own typed fields (objectives, passes,
 losses). ``check_same_architecture`` is :func:`lmc.models.compare.check_same_architecture`,
-re-exported here under its old home.
+re-exported here under its old home. ``weight_matching_reference`` is the whole algorithm on
+one screen (dense similarities, SciPy's assignment: :mod:`.weight_match_reference`), the
+documented reference the fast path is tested against.
 
 Beyond permutations (docs/science.md, "Symmetries beyond permutations"): ``canonicalize``
 folds a pre-LN transformer's LayerNorms away so its residual stream admits orthogonal maps
@@ -59,6 +61,7 @@ from .weight_match import (
     one_pass_matching,
     weight_matching,
 )
+from .weight_match_reference import weight_matching_reference
 
 __all__ = [
     "METHODS",
@@ -88,6 +91,7 @@ __all__ = [
     "ste_matching",
     "trace_model",
     "weight_matching",
+    "weight_matching_reference",
     "one_pass_matching",
     # symmetries beyond permutations (canonical form, transform kinds, alignments)
     "Alignment",
