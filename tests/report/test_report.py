@@ -117,7 +117,8 @@ def test_contents_links_resolve(rendered):
 
 
 def _recompute(rows, *, width, wd, method, column):
-    """Per pair: (value(½) − ½(value(0) + value(1))), straight from the fixture's rows."""
+    """Per pair: (value(½) − ½(value(0) + value(1))), straight from the fixture's rows; the
+    mean and sample std over pairs."""
     per_pair = []
     for pair in sorted({r["pair"] for r in rows}):
         path = {
@@ -133,22 +134,29 @@ def _recompute(rows, *, width, wd, method, column):
     return values.mean(), values.std(ddof=1)
 
 
+def _ci95(std, n=2):
+    """Half-width of the 95 % t-interval of a mean of n values (the fixture has 2 pairs)."""
+    from scipy import stats
+
+    return stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)
+
+
 def test_table1_numbers_in_html(synthetic, rendered):
     doc = parse(rendered["report_html"])
     # accuracy barrier (pp, sign reversed) for width 64, weight decay 3e-3, no permutation
     mean, std = _recompute(synthetic.rows, width=64, wd=3e-3, method="none", column="accuracy")
-    text = f"{-100 * mean:.3f} ± {100 * std:.3f}"
+    text = f"{-100 * mean:.3f} ± {100 * _ci95(std):.3f}"
     assert text in doc.cells
     # calibrated loss barrier (nats) for width 256, weight decay 1e-4, weight matching
     mean, std = _recompute(
         synthetic.rows, width=256, wd=1e-4, method="weight", column="calibrated_loss"
     )
-    assert f"{mean:.3f} ± {std:.3f}" in doc.cells
-    # every formatted mean ± std of table1() appears in the HTML table cells
+    assert f"{mean:.3f} ± {_ci95(std):.3f}" in doc.cells
+    # every formatted mean ± 95 % interval of table1() appears in the HTML table cells
     for row in table1(synthetic.rows):
         cell = (
             f"{100 * row['midpoint_accuracy_barrier_mean']:.3f} ± "
-            f"{100 * row['midpoint_accuracy_barrier_std']:.3f}"
+            f"{100 * row['midpoint_accuracy_barrier_ci95']:.3f}"
         )
         assert cell in doc.cells
         assert f"{row['midpoint_loss_barrier_mean']:.3f} ± " in " ".join(doc.cells)
@@ -228,7 +236,7 @@ def test_table1_csv_is_preferred_when_present(tmp_path, make_synthetic):
     for r in computed:
         r = dict(r)
         if r["width"] == 16 and r["method"] == "weight":
-            r["midpoint_loss_barrier_mean"], r["midpoint_loss_barrier_std"] = 0.123456, 0.0789
+            r["midpoint_loss_barrier_mean"], r["midpoint_loss_barrier_ci95"] = 0.123456, 0.0789
         lines.append(",".join(str(r[c]) for c in columns))
     (synthetic.path / "table1.csv").write_text("\n".join(lines) + "\n")
     paths = write_report(synthetic.path, out_dir=tmp_path / "out")

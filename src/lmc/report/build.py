@@ -1,7 +1,13 @@
 """The width study's report (``experiment = "width"``): a results folder -> the page of
-figures, Table 1 and text that :func:`lmc.report.write_report` writes as ``report.md``, a
-self-contained ``report.html`` and ``figures/`` (:func:`width_page`, named by the width kind's
-record in :mod:`lmc.experiments.kinds`)."""
+figures, Table 1, paired comparisons and text that :func:`lmc.report.write_report` writes as
+``report.md``, a self-contained ``report.html`` and ``figures/`` (:func:`width_page`, named by
+the width kind's record in :mod:`lmc.experiments.kinds`).
+
+Statistics (docs/science.md, "Statistics and verdicts"; :mod:`lmc.stats`): every ± is the
+half-width of the mean's 95 % t-interval over the pairs (n in the table's ``pairs`` column);
+comparisons are paired by the pair index p, whose runs share their seeds across the study's
+widths, weight decays and methods, and each verdict is :func:`lmc.stats.verdict`'s.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import progress
+from lmc.stats import MIN_PAIRS, compare, verdict
 
 from . import figures as width_figures
 from .document import Block, Bullets, Heading, Note, Para, Table
@@ -27,12 +34,15 @@ def _ok(*values: Any) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
 
 
-def fmt_pm(mean: float, std: float, scale: float = 1.0, digits: int = 3) -> str:
-    """``mean ± std`` after scaling (e.g. 100 for percent or percentage points)."""
+def fmt_pm(mean: float, half: float, scale: float = 1.0, digits: int = 3) -> str:
+    """``mean ± h`` after scaling (e.g. 100 for percent or percentage points), both to
+    ``digits`` places (a table column keeps one format); the mean alone when ``h`` is not
+    finite (one pair: no interval). In Table 1 ``h`` is the half-width of the 95 %
+    t-interval."""
     if not _ok(mean):
         return DASH
     text = f"{mean * scale:.{digits}f}"
-    return f"{text} ± {std * scale:.{digits}f}" if _ok(std) else text
+    return f"{text} ± {half * scale:.{digits}f}" if _ok(half) else text
 
 
 def fmt_num(value: float, scale: float = 1.0, digits: int = 2) -> str:
@@ -65,7 +75,9 @@ TABLE1_VIEW: tuple[tuple[str, Callable[[dict], str], str, tuple[str, ...]], ...]
     ),
     (
         "merged acc. (%)",
-        lambda r: fmt_pm(r["merged_accuracy_mean"], r["merged_accuracy_std"], 100.0, 2),
+        lambda r: fmt_pm(
+            r["merged_accuracy_mean"], r.get("merged_accuracy_ci95", math.nan), 100.0, 2
+        ),
         "r",
         ("merged_accuracy_mean",),
     ),
@@ -78,21 +90,26 @@ TABLE1_VIEW: tuple[tuple[str, Callable[[dict], str], str, tuple[str, ...]], ...]
     (
         "accuracy barrier (pp)",
         lambda r: fmt_pm(
-            r["midpoint_accuracy_barrier_mean"], r["midpoint_accuracy_barrier_std"], 100.0
+            r["midpoint_accuracy_barrier_mean"],
+            r.get("midpoint_accuracy_barrier_ci95", math.nan),
+            100.0,
         ),
         "r",
         ("midpoint_accuracy_barrier_mean",),
     ),
     (
         "loss barrier (nats)",
-        lambda r: fmt_pm(r["midpoint_loss_barrier_mean"], r["midpoint_loss_barrier_std"]),
+        lambda r: fmt_pm(
+            r["midpoint_loss_barrier_mean"], r.get("midpoint_loss_barrier_ci95", math.nan)
+        ),
         "r",
         ("midpoint_loss_barrier_mean",),
     ),
     (
         "calibrated loss barrier (nats)",
         lambda r: fmt_pm(
-            r["calibrated_midpoint_loss_barrier_mean"], r["calibrated_midpoint_loss_barrier_std"]
+            r["calibrated_midpoint_loss_barrier_mean"],
+            r.get("calibrated_midpoint_loss_barrier_ci95", math.nan),
         ),
         "r",
         ("calibrated_midpoint_loss_barrier_mean",),
@@ -154,8 +171,13 @@ def short_footnote(asked: int) -> str:
     )
 
 
+#: What every ± of Table 1 is, stated in its caption.
+TABLE1_STATISTIC = "mean ± 95 % t-interval over n pairs (n: column pairs; n = 1: no interval)"
+
+
 def table1_block(rows: list[dict], caption: str = "", asked: int | None = None) -> Table:
-    """Table 1 rows (one weight decay) as a table; columns with no finite value are dropped,
+    """Table 1 rows (one weight decay) as a table, its caption ending with
+    :data:`TABLE1_STATISTIC`; columns with no finite value are dropped,
     and the count of pairs with an undefined calibration unless some pair has one. With
     ``asked`` (the study's number of pairs), every value cell resting on fewer pairs
     (:func:`cell_pairs`) carries :data:`SHORT_MARK` and the table a footnote saying so."""
@@ -178,7 +200,7 @@ def table1_block(rows: list[dict], caption: str = "", asked: int | None = None) 
     return Table(
         header=[v[0] for v in view],
         rows=body,
-        caption=caption,
+        caption=f"{caption} · {TABLE1_STATISTIC}" if caption else TABLE1_STATISTIC,
         align=[v[2] for v in view],
         footnote=short_footnote(asked) if marked and asked is not None else "",
         wide=True,
@@ -230,7 +252,9 @@ def study_summary(res: Results) -> str:
         f"Each pair is evaluated on the `{res.split}` split along θ(λ) = (1 − λ)θ_A + λθ_B "
         f"({grid}; λ = 0 is A, λ = 1 is B); BatchNorm handling: `{res.bn}`. {calib} ",
         "Figures show accuracy in percent, accuracy barriers in percentage points (pp) and "
-        "losses in nats; ± is the sample standard deviation over pairs.",
+        "losses in nats; ± is the half-width of the mean's 95 % t-interval over pairs "
+        "(t with n − 1 degrees of freedom; none with one pair), and comparisons are paired by "
+        "pair (see Paired comparisons).",
     ]
     return "".join(parts)
 
@@ -318,7 +342,17 @@ def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Blo
     if len(res.widths) < 2:
         blocks.append(Note("Only one width was run, so figures against width are skipped."))
     if len(res.pairs) < 2:
-        blocks.append(Note("Only one pair was run, so standard deviations are 0."))
+        blocks.append(
+            Note("Only one pair was run: no value has an interval and no comparison a verdict.")
+        )
+    elif len(res.pairs) < MIN_PAIRS:
+        blocks.append(
+            Note(
+                f"Only {len(res.pairs)} pairs were run: intervals are wide (t with "
+                f"{len(res.pairs) - 1} degree{'s' if len(res.pairs) > 2 else ''} of freedom) and "
+                f"comparisons give no verdict (a verdict needs {MIN_PAIRS} pairs)."
+            )
+        )
     if res.undefined:
         blocks.append(
             Note(
@@ -331,7 +365,9 @@ def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Blo
     blocks.append(Heading(2, "Table 1: barriers at λ = ½"))
     blocks.append(
         Para(
-            "As in the width paper's Table 1: at λ = ½, mean ± std over pairs; "
+            "As in the width paper's Table 1, at λ = ½, but with mean ± the half-width of its "
+            "95 % t-interval over the pairs (n in column pairs; the paper's ± is a standard "
+            "deviation); "
             + (f"width: {res.width_label}; " if res.width_label else "")
             + "accuracy in "
             "percent, the accuracy barrier ½(acc_A + acc_B) − acc(θ(½)) in percentage points "
@@ -356,6 +392,7 @@ def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Blo
             table1_block(rows, f"{res.dataset} · {res.model} · weight decay {fmt_wd(wd)}", asked)
         )
 
+    blocks += paired_blocks(res)
     blocks += undefined_values(res)
 
     def section(heading: str, intro: str, name: str, level: int = 2) -> None:
@@ -400,6 +437,110 @@ def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Blo
     blocks.append(figs.block(rendered[("weight_decay_ablation", None)]))
 
     return blocks
+
+
+def verdict_barrier(res: Results) -> tuple[str, str]:
+    """(key, words) of the barrier the paired comparisons judge: the calibrated midpoint loss
+    barrier where any is defined, else the raw one (as the Summary's headline)."""
+    key = "calibrated_midpoint_loss_barrier"
+    if any(_ok(r.get(key)) for r in res.rows):
+        return key, "calibrated midpoint loss barrier (nats)"
+    return "midpoint_loss_barrier", "midpoint loss barrier (nats)"
+
+
+def paired_blocks(res: Results) -> list[Block]:
+    """The "Paired comparisons" section: :func:`lmc.stats.verdict` on the per-pair barrier
+    (:func:`verdict_barrier`; values per pair from :func:`lmc.report.figures.pair_values`) of
+    each method against ``none`` per weight decay and width, of the widest against the
+    narrowest width per weight decay and method, and of each weight decay against the first
+    (strongest) per width and method. Pair p is one key throughout: its runs share their seeds
+    across widths and weight decays, and every method aligns the same two runs. Nothing when
+    there is nothing to compare (one method or no ``none``, one width and one weight decay)."""
+    key, words = verdict_barrier(res)
+    cache: dict[tuple, dict[int, float]] = {}
+
+    def cell(wd: float, method: str, width: float) -> dict[int, float]:
+        at = (wd, method, width)
+        if at not in cache:
+            cache[at] = width_figures.pair_values(
+                res, key, weight_decay=wd, method=method, width=width
+            )
+        return cache[at]
+
+    def judged(first: dict[int, float], second: dict[int, float]) -> str:
+        return verdict(compare(first, second)) if first and second else DASH
+
+    wds, widths = res.weight_decays, res.widths
+    others = [m for m in res.methods if m != "none"]
+    body: list[Block] = []
+    if "none" in res.methods and others:
+        body.append(Heading(3, "Alignment against no alignment"))
+        for wd in wds:
+            rows = [
+                [fmt_width(float(w))]
+                + [judged(cell(wd, "none", w), cell(wd, m, w)) for m in others]
+                for w in widths
+            ]
+            body.append(
+                Table(
+                    header=["width"] + [f"{method_style(m)[2]} − no permutation" for m in others],
+                    rows=rows,
+                    caption=f"{words}: method − none, paired · weight decay {fmt_wd(wd)}",
+                    align=["r"] + ["l"] * len(others),
+                    wide=True,
+                )
+            )
+    if len(widths) > 1:
+        lo, hi = widths[0], widths[-1]
+        body.append(Heading(3, "Widest against narrowest width"))
+        body.append(
+            Table(
+                header=[
+                    "weight decay",
+                    "method",
+                    f"width {fmt_width(float(hi))} − width {fmt_width(float(lo))}",
+                ],
+                rows=[
+                    [fmt_wd(wd), method_style(m)[2], judged(cell(wd, m, lo), cell(wd, m, hi))]
+                    for wd in wds
+                    for m in res.methods
+                ],
+                caption=f"{words}: widest − narrowest width, paired",
+                align=["r", "l", "l"],
+                wide=True,
+            )
+        )
+    if len(wds) > 1:
+        body.append(Heading(3, "Weight decay"))
+        body.append(
+            Table(
+                header=["width", "method"]
+                + [f"weight decay {fmt_wd(wd)} − {fmt_wd(wds[0])}" for wd in wds[1:]],
+                rows=[
+                    [fmt_width(float(w)), method_style(m)[2]]
+                    + [judged(cell(wds[0], m, w), cell(wd, m, w)) for wd in wds[1:]]
+                    for w in widths
+                    for m in res.methods
+                ],
+                caption=f"{words}: each weight decay − {fmt_wd(wds[0])}, paired",
+                align=["r", "l"] + ["l"] * (len(wds) - 1),
+                wide=True,
+            )
+        )
+    if not body:
+        return []
+    intro = Para(
+        f"Differences of the {words} at λ = ½, second − first, compared pair by pair: pair p "
+        "is trained from the same seeds (the study's `seed` and p) at every width and weight "
+        "decay, and every method aligns the same two runs, so each difference is taken within "
+        "a pair. Each cell gives the mean of the per-pair differences ± the half-width of its "
+        "95 % t-interval and the paired t-test's p. The verdict names a difference (**higher** "
+        "or **lower**, in how many pairs) only where that interval excludes 0; otherwise it "
+        "reads **no difference detected** and says how large a difference the interval still "
+        f"admits; below {MIN_PAIRS} pairs it reads **too few pairs: no verdict** "
+        "(docs/science.md, Statistics and verdicts)."
+    )
+    return [Heading(2, "Paired comparisons"), intro, *body]
 
 
 def undefined_values(res: Results) -> list[Block]:

@@ -4,8 +4,9 @@ and as SVG) or a ``Skip`` saying why the
 figure could not be drawn (missing inputs never raise).
 
 Conventions: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A, plotted at the left); accuracies are shown
-in percent, accuracy barriers in percentage points, losses in nats; "mean ± std" is over pairs
-with the sample std (ddof = 1). Widths are labelled with what they count, as the model's
+in percent, accuracy barriers in percentage points, losses in nats; error bars are the 95 %
+t-interval of the mean over pairs (:mod:`lmc.stats`; none with one pair), the values per pair
+those of :func:`pair_values`. Widths are labelled with what they count, as the model's
 registry entry says (``lmc.models.ModelEntry.width_label``: hidden units per layer, channel
 multiplier, embedding dimension).
 Undefined calibrations (a β on the bound of its search) are NaN in ``Results.rows``, so no
@@ -24,8 +25,10 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from lmc.analysis import GAUSSIAN_RELU_LIMIT
+from lmc.metrics import BARRIER_BY_KEY
+from lmc.stats import summarize
 
-from .results import Results, is_close, mean_std
+from .results import Results, is_close, mean_std, number
 from .style import (
     MODEL_COLOURS,
     REFERENCE,
@@ -98,22 +101,58 @@ def pairs_text(res: Results) -> str:
     return f"{n} pair" if n == 1 else f"{n} pairs"
 
 
+def pair_values(
+    res: Results, column: str, *, weight_decay: float, method: str, width: float
+) -> dict[int, float]:
+    """pair -> the value of ``column`` at λ = ½ (NaN where undefined): the keyed cell that
+    :mod:`lmc.stats` summarises and compares (pair p shares its seeds across the study's
+    widths, weight decays and methods). A midpoint barrier (a ``*midpoint*`` key of
+    :data:`lmc.metrics.BARRIER_BY_KEY`) is taken as Table 1 takes it
+    (:func:`lmc.experiments.table1`): its column, else computed from the λ = 0, ½ and 1 rows;
+    a calibrated one is NaN where a calibration at λ = 0, ½ or 1 is undefined."""
+    by_pair: dict[int, list[dict[str, Any]]] = {}
+    for r in res.select(weight_decay=weight_decay, method=method, width=width):
+        by_pair.setdefault(r["pair"], []).append(r)
+    barrier = BARRIER_BY_KEY.get(column) if "midpoint" in column else None
+    out: dict[int, float] = {}
+    for pair, rows in sorted(by_pair.items()):
+        a, mid, b = (next((r for r in rows if is_close(r["lam"], v)), None) for v in (0, 0.5, 1))
+        if mid is None:
+            continue
+        value = number(mid.get(column))
+        if barrier is not None:
+            ends = [r for r in (a, mid, b) if r is not None]
+            if not math.isfinite(value) and a is not None and b is not None:
+                curve = [number(r.get(barrier.curve)) for r in (a, mid, b)]
+                value = barrier.function([0.0, 0.5, 1.0], curve)
+            if barrier.curve == "calibrated_loss" and any(
+                number(r.get("calibration_at_bound")) == 1.0 for r in ends
+            ):
+                value = math.nan
+        out[pair] = value
+    return out
+
+
 def _series(
     res: Results, column: str, wd: float, method: str, scale: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(widths, mean, std) of ``column`` at λ = ½ over pairs, per width."""
+    """(widths, mean, h) of ``column`` at λ = ½ over pairs (:func:`pair_values`), per width;
+    h is the half-width of the mean's 95 % t-interval (NaN with one pair)."""
     widths = np.array(res.widths, dtype=float)
-    stats = [res.stat(column, weight_decay=wd, method=method, width=w) for w in res.widths]
-    mean = np.array([s[0] for s in stats]) * scale
-    std = np.array([s[1] for s in stats]) * scale
-    return widths, mean, std
+    cells = [
+        summarize(pair_values(res, column, weight_decay=wd, method=method, width=w))
+        for w in res.widths
+    ]
+    mean = np.array([c.mean for c in cells]) * scale
+    half = np.array([c.half_width for c in cells]) * scale
+    return widths, mean, half
 
 
 def _endpoint_series(
     res: Results, column: str, wd: float, method: str, scale: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(widths, mean, std) over pairs of ½(value(λ=0) + value(λ=1))."""
-    means, stds = [], []
+    """(widths, mean, h) over pairs of ½(value(λ=0) + value(λ=1)); h as in :func:`_series`."""
+    means, halves = [], []
     for w in res.widths:
         values = []
         for p in res.pairs:
@@ -122,10 +161,10 @@ def _endpoint_series(
             b = [r.get(column, math.nan) for r in rows if is_close(r["lam"], 1.0)]
             if a and b:
                 values.append(0.5 * (a[0] + b[0]))
-        m, s, _ = mean_std(values)
-        means.append(m * scale)
-        stds.append(s * scale)
-    return np.array(res.widths, dtype=float), np.array(means), np.array(stds)
+        cell = summarize(values)
+        means.append(cell.mean * scale)
+        halves.append(cell.half_width * scale)
+    return np.array(res.widths, dtype=float), np.array(means), np.array(halves)
 
 
 def _finite(values: np.ndarray) -> bool:
@@ -140,7 +179,8 @@ def _same(series: Sequence[np.ndarray]) -> bool:
     )
 
 
-def _errorbar(ax, x, mean, std, method: str, label: str | None = None, **kw) -> None:
+def _errorbar(ax, x, mean, half, method: str, label: str | None = None, **kw) -> None:
+    """Means with their 95 % t-intervals (``half``: half-widths; none where NaN)."""
     colour, marker, name = method_style(method)
     ok = np.isfinite(mean)
     if not ok.any():
@@ -148,7 +188,7 @@ def _errorbar(ax, x, mean, std, method: str, label: str | None = None, **kw) -> 
     ax.errorbar(
         x[ok],
         mean[ok],
-        yerr=np.nan_to_num(std[ok]),
+        yerr=np.nan_to_num(half[ok]),
         color=colour,
         marker=marker,
         ms=5,
@@ -209,17 +249,17 @@ def accuracy_vs_width(res: Results, wd: float) -> Plot | Skip:
     _legend(ax, loc="best")
     caption = (
         f"Test accuracy of the merged model θ(½) against width, one colour and marker per "
-        f"alignment method (mean ± std over {pairs_text(res)}); dashed: the ensemble of A and "
-        f"B; dotted: the endpoints' mean accuracy. The width paper predicts the unpermuted "
-        f"merge's accuracy rising monotonically with width toward the endpoints'."
+        f"alignment method (mean ± 95 % t-interval over {pairs_text(res)}); dashed: the "
+        f"ensemble of A and B; dotted: the endpoints' mean accuracy. The width paper predicts "
+        f"the unpermuted merge's accuracy rising monotonically with width toward the endpoints'."
     )
     return Plot(f"accuracy_vs_width_wd{fmt_wd(wd)}", title, caption, render(fig))
 
 
 def _draw_accuracy(ax, res: Results, wd: float, legend: bool = True) -> None:
     for method in res.methods:
-        x, mean, std = _series(res, "accuracy", wd, method, 100.0)
-        _errorbar(ax, x, mean, std, method, label=f"merged θ(½), {method_style(method)[2]}")
+        x, mean, half = _series(res, "accuracy", wd, method, 100.0)
+        _errorbar(ax, x, mean, half, method, label=f"merged θ(½), {method_style(method)[2]}")
     _ensemble_lines(ax, res, "ensemble_accuracy", wd, 100.0, "ensemble")
     x, mean, _ = _endpoint_series(res, "accuracy", wd, res.methods[0], 100.0)
     ok = np.isfinite(mean)
@@ -251,8 +291,8 @@ def barriers_vs_width(res: Results, wd: float) -> Plot | Skip:
     fig.get_layout_engine().set(h_pad=0.08, w_pad=0.08)
     for ax, (column, scale, ylabel, name) in zip(axes[0], panels):
         for method in res.methods:
-            x, mean, std = _series(res, column, wd, method, scale)
-            _errorbar(ax, x, mean, std, method)
+            x, mean, half = _series(res, column, wd, method, scale)
+            _errorbar(ax, x, mean, half, method)
         ax.axhline(0.0, color="black", lw=0.8)
         width_axis(ax, res.widths, width_label(res))
         ax.set_ylabel(ylabel)
@@ -272,7 +312,7 @@ def barriers_vs_width(res: Results, wd: float) -> Plot | Skip:
     )
     caption = (
         f"Midpoint barriers B(½) = value(θ(½)) − mean of the endpoints (accuracy sign reversed, "
-        f"so a drop is positive) against width, mean ± std over {pairs_text(res)}; the "
+        f"so a drop is positive) against width, mean ± 95 % t-interval over {pairs_text(res)}; the "
         f"black line is zero barrier. {calib}{undefined_note(res) if res.calibrated else ''}"
     )
     return Plot(f"barriers_vs_width_wd{fmt_wd(wd)}", title, caption, render(fig))
@@ -348,8 +388,8 @@ def inverse_temperature(res: Results, wd: float) -> Plot | Skip:
     fig, axes = new_figure(1, 1, panel=(6.2, 4.0))
     ax = axes[0, 0]
     for method in res.methods:
-        x, mean, std = _series(res, "inverse_temperature", wd, method)
-        _errorbar(ax, x, mean, std, method, label=f"merged θ(½), {method_style(method)[2]}")
+        x, mean, half = _series(res, "inverse_temperature", wd, method)
+        _errorbar(ax, x, mean, half, method, label=f"merged θ(½), {method_style(method)[2]}")
     _ensemble_lines(ax, res, "ensemble_inverse_temperature", wd, 1.0, "ensemble")
     x, mean, _ = _endpoint_series(res, "inverse_temperature", wd, res.methods[0])
     ok = np.isfinite(mean)
@@ -393,10 +433,10 @@ def inverse_temperature(res: Results, wd: float) -> Plot | Skip:
         else " (L is unknown without layers.csv, so LEWC's 2^(L−1) prediction is not drawn.)"
     )
     caption = (
-        f"Fitted inverse temperature β of the merged model θ(½) (solid, mean ± std over "
-        f"{pairs_text(res)}), of the ensemble (dashed) and of the endpoints (dotted) against "
-        f"width. A merged model whose logits shrink needs a large β: growth of the "
-        f"midpoint's β with width is itself a finding.{prediction}{undefined_note(res)}"
+        f"Fitted inverse temperature β of the merged model θ(½) (solid, mean ± 95 % "
+        f"t-interval over {pairs_text(res)}), of the ensemble (dashed) and of the endpoints "
+        f"(dotted) against width. A merged model whose logits shrink needs a large β: growth of "
+        f"the midpoint's β with width is itself a finding.{prediction}{undefined_note(res)}"
     )
     return Plot(f"inverse_temperature_wd{fmt_wd(wd)}", title, caption, render(fig))
 
@@ -686,8 +726,8 @@ def weight_decay_ablation(res: Results) -> Plot | Skip:
         axes[0, j].set_title(f"weight decay {fmt_wd(wd)}", fontsize=10)
         ax = axes[1, j]
         for method in res.methods:
-            x, mean, std = _series(res, barrier, wd, method)
-            _errorbar(ax, x, mean, std, method)
+            x, mean, half = _series(res, barrier, wd, method)
+            _errorbar(ax, x, mean, half, method)
         ax.axhline(0.0, color="black", lw=0.8)
         width_axis(ax, res.widths, width_label(res))
         ax.set_ylabel(f"{'calibrated ' if res.calibrated else ''}loss barrier at λ = ½ (nats)")
@@ -710,9 +750,9 @@ def weight_decay_ablation(res: Results) -> Plot | Skip:
     caption = (
         f"The key quantities with one column per weight decay (shared y axes per row): merged "
         f"and ensemble accuracy (top) and the {'calibrated ' if res.calibrated else ''}midpoint "
-        f"loss barrier (middle) against width, mean ± std over {pairs_text(res)}.{lewc} The "
-        f"width paper finds that weak weight decay (1e-4) raises weight rank and breaks LEWC "
-        f"and LMC together: lower merged accuracy, larger barriers, lower cosines."
+        f"loss barrier (middle) against width, mean ± 95 % t-interval over {pairs_text(res)}."
+        f"{lewc} The width paper finds that weak weight decay (1e-4) raises weight rank and "
+        f"breaks LEWC and LMC together: lower merged accuracy, larger barriers, lower cosines."
         f"{undefined_note(res) if res.calibrated else ''}"
     )
     return Plot("weight_decay_ablation", title, caption, render(fig))

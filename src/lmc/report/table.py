@@ -18,6 +18,7 @@ __all__ = ["CALIBRATION_COLUMNS", "TABLE1_COLUMNS", "merge_table1", "table1"]
 CALIBRATION_COLUMNS = (
     "calibrated_midpoint_loss_barrier_mean",
     "calibrated_midpoint_loss_barrier_std",
+    "calibrated_midpoint_loss_barrier_ci95",
     "inverse_temperature_mean",
     "ensemble_inverse_temperature_mean",
     "undefined_calibration_pairs",
