@@ -1,4 +1,4 @@
-"""The model zoo: MLP, VGG-11/16, ResNet-20, a ViT and a small causal GPT.
+"""The model zoo: MLP, VGG-11/16, ResNet-20, a ViT, a small causal GPT and a Llama-style LM.
 
 Every architecture is one entry of the registry (:mod:`lmc.models.registry`): what its
 ``width`` means, its options with their defaults, and how its input options come from the
@@ -9,10 +9,11 @@ which the same architecture can be rebuilt; ``resolve_options`` completes a mode
 
 Widths: for ``mlp`` ``width`` is the number of hidden units; for ``vgg11``/``vgg16`` it
 multiplies the standard channels (64, 128, 256, 512); for ``resnet20`` it multiplies the
-stage channels (16, 32, 64); for ``vit`` and ``gpt`` it is the embedding dimension (divisible
-by ``heads``). Transformers' probe points use the ``tokens`` layout (see
+stage channels (16, 32, 64); for ``vit``, ``gpt`` and ``llama`` it is the embedding dimension
+(divisible by ``heads``). Transformers' probe points use the ``tokens`` layout (see
 :class:`ProbePoint`): the residual stream after each block and each block's MLP hidden units.
-``gpt`` takes token ids, which no lmc dataset holds: build it with ``vocab`` and ``context``.
+``gpt`` and ``llama`` take token ids: build them with ``vocab`` and ``context`` (text data
+fills both in).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 from lmc.config import LmcError
 
 from . import gpt as _gpt  # noqa: F401
+from . import llama as _llama  # noqa: F401
 from . import mlp as _mlp  # noqa: F401  (registers the zoo)
 from . import resnet as _resnet  # noqa: F401
 from . import vgg as _vgg  # noqa: F401

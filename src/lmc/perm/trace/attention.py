@@ -21,7 +21,6 @@
   the pieces. Any other use of a stack freezes it.
 - ``nn.MultiheadAttention`` is followed as a whole: q/k and v/out-projection dims nested in
   its heads, ``in_proj_weight`` (or ``q/k/v_proj_weight``) reading its inputs.
-- ``torch.addmm(b, x, W)`` (Hugging Face's ``Conv1D``) is a dense layer ``x @ W + b``.
 """
 
 from __future__ import annotations
@@ -32,7 +31,16 @@ from typing import Any
 from torch import fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
-from .state import HeadLayout, Items, LayerRecord, Layout, Seg, Stacked, TraceState
+from .state import (
+    HeadLayout,
+    Items,
+    LayerRecord,
+    Layout,
+    Seg,
+    Stacked,
+    TraceState,
+    reshape_layout,
+)
 
 
 def _head_message(st: TraceState, node: fx.Node, why: str) -> None:
@@ -162,6 +170,12 @@ def reshape_heads(st: TraceState, node: fx.Node, x: Any, lay: HeadLayout) -> Non
     if eh is not None and ew is not None and eh != ew:
         st.env[node] = lay._replace(head_dim=eh, dim=ew)
         return
+    heads = reshape_layout(xs, out, Layout(lay.head_dim, (Seg(lay.heads, lay.n_heads, 1),)))
+    if heads is not None:  # whole heads stay whole (repeated key/value heads: repeat_kv)
+        _head_message(st, node, "merges the dims within heads with other dims")
+        st.uf.freeze_within(lay.group)
+        st.env[node] = heads
+        return
     st.unknown(node, "reshapes the channel dimension into pieces (attention heads not followed)")
 
 
@@ -226,9 +240,14 @@ def pointwise_heads(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
 
 
 # ---- products of computed tensors --------------------------------------------------------------
-def _carriers(st: TraceState, value: Any, roles: list[Any], slots: dict[Any, list]) -> None:
-    """Add what each dim of ``value`` carries to its slot (``roles[k]``: the slot of dim ``k``)."""
-    shape, lay = st.shape(value), st.layout(value)
+def _carriers(
+    st: TraceState, value: Any, roles: list[Any], slots: dict[Any, list], lay: Any
+) -> None:
+    """Add what each dim of ``value`` (of layout ``lay``) carries to its slot (``roles[k]``:
+    the slot of dim ``k``)."""
+    shape = st.shape(value)
+    if lay is not None and not isinstance(lay, (Layout, HeadLayout)):
+        lay = None  # a tuple or a stack is never multiplied: nothing to carry
     for k, role in enumerate(roles):
         if isinstance(lay, HeadLayout) and k == lay.head_dim:
             slots[role].append(("segs", (Seg(lay.heads, lay.n_heads, 1),)))
@@ -240,15 +259,23 @@ def _carriers(st: TraceState, value: Any, roles: list[Any], slots: dict[Any, lis
             slots[role].append(("fixed", None))
 
 
-def _solve(st: TraceState, node: fx.Node, operands: list[tuple[Any, list[Any]]]) -> None:
-    """Unite what each slot carries; give ``node`` the layout of its output slots."""
+def _solve(
+    st: TraceState,
+    node: fx.Node,
+    operands: list[tuple[Any, list[Any]]],
+    override: dict[Any, Any] | None = None,
+) -> None:
+    """Unite what each slot carries; give ``node`` the layout of its output slots
+    (``override``: the layout an operand is read with, where not its own)."""
     out = st.shape(node)
     slots: dict[Any, list] = {}
+    override = override or {}
     for _, roles in operands:
         for r in roles:
             slots.setdefault(r, [])
     for value, roles in operands:
-        _carriers(st, value, roles, slots)
+        lay = override[value] if value in override else st.layout(value)
+        _carriers(st, value, roles, slots, lay)
     carried: dict[Any, tuple[str, Any]] = {}
     for slot, items in slots.items():
         kinds = {kind for kind, _ in items}
@@ -315,17 +342,67 @@ def matmul_values(st: TraceState, node: fx.Node, x: Any, y: Any) -> None:
     _solve(st, node, [(x, rx), (y, ry)])
 
 
+def repeated(st: TraceState, node: fx.Node, x: Any, dim: int, times: int) -> Any:
+    """The layout of ``x.repeat_interleave(times, dim)`` (each index of ``dim`` repeated
+    ``times`` times in a row), or ``False`` where it is not followed. Along a value's unit
+    dim each unit becomes ``times`` times wider; repeating heads (grouped-query attention's
+    key/value heads) keeps whole heads and leaves the dims within them in place."""
+    lay = st.layout(x)
+    if lay is None:
+        return None
+    if isinstance(lay, HeadLayout):
+        if dim == lay.dim:
+            return False
+        if dim != lay.head_dim:
+            return lay
+        _head_message(st, node, "repeats attention heads")
+        st.uf.freeze_within(lay.group)
+        lay = st.layout(x)
+        if lay is None:
+            return None
+    if not isinstance(lay, Layout):
+        return False
+    if dim != lay.dim:
+        return lay
+    return Layout(dim, tuple(Seg(s.group, s.size, s.repeat * times) for s in lay.segs))
+
+
+def repeat_interleave(st: TraceState, node: fx.Node) -> None:
+    """``x.repeat_interleave(r, dim)`` / ``torch.repeat_interleave(x, r, dim)`` with an int
+    ``r`` and ``dim`` (see :func:`repeated`); tensor repeats or no ``dim`` are not followed."""
+    x, times, dim = node.args[0], st.arg(node, 1, "repeats"), st.arg(node, 2, "dim")
+    xs = st.shape(x)
+    if xs is None or not isinstance(times, int) or not isinstance(dim, int):
+        return st.unknown(node, "repeats values in a way not followed")
+    lay = repeated(st, node, x, dim % len(xs), times)
+    if lay is False:
+        return st.unknown(node, "repeats values in a way not followed")
+    if lay is None:
+        return st.unpermuted(node, x)
+    st.env[node] = lay
+
+
 def sdpa(st: TraceState, node: fx.Node) -> None:
-    """``F.scaled_dot_product_attention(q, k, v, attn_mask, ...)``: softmax(q kᵀ) v."""
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask, ...)``: softmax(q kᵀ) v. With
+    ``enable_gqa`` and fewer key/value heads than query heads, k and v are read as repeated
+    for the query heads that share them (:func:`repeated`), as ``repeat_kv`` would."""
     q, k, v = (st.arg(node, i, key) for i, key in enumerate(("query", "key", "value")))
     mask = st.arg(node, 3, "attn_mask")
-    if node.kwargs.get("enable_gqa"):
-        return st.unknown(node, "groups query heads over shared key/value heads")
     out = st.shape(node)
     shapes = [st.shape(t) for t in (q, k, v)]
     if out is None or any(s is None or len(s) < 2 for s in shapes):
         return st.unknown(node)
     nd = len(out)
+    override: dict[Any, Any] = {}
+    if node.kwargs.get("enable_gqa") and shapes[1][-3] != shapes[0][-3]:
+        n_q, n_kv = shapes[0][-3], shapes[1][-3]
+        if n_q % n_kv or shapes[2][-3] != n_kv:
+            return st.unknown(node, "groups query heads over shared key/value heads")
+        for t in (k, v):
+            lay = repeated(st, node, t, len(st.shape(t)) - 3, n_q // n_kv)
+            if lay is False:
+                return st.unknown(node, "groups query heads over shared key/value heads")
+            override[t] = lay
 
     def batch(shape: tuple[int, ...], tail: list[Any]) -> list[Any]:
         nb = len(shape) - 2
@@ -341,7 +418,7 @@ def sdpa(st: TraceState, node: fx.Node) -> None:
         if len(ms) >= 2:
             operands.append((mask, batch(ms, [nd - 2, "s"])))
         st.fix_leaf(mask)
-    _solve(st, node, operands)
+    _solve(st, node, operands, override)
 
 
 # ---- cutting the units -------------------------------------------------------------------------
@@ -497,17 +574,3 @@ def multihead_attention_module(st: TraceState, node: fx.Node) -> None:
         if heads is not None:  # per-head weights (average_attn_weights=False)
             weights = Layout(len(second.shape) - 3, (Seg(heads, h, 1),))
     st.env[node] = Items([out_lay, weights])
-
-
-def addmm(st: TraceState, node: fx.Node) -> None:
-    """``torch.addmm(bias, x, W)`` with state tensors ``bias`` and ``W``: ``x @ W + bias``."""
-    from .layers import linear
-
-    b, x, w = node.args[0], node.args[1], node.args[2]
-    if w not in st.leaf or b not in st.leaf or node.kwargs or len(node.args) > 3:
-        return st.unknown(node, "uses a computed weight")
-    if not st.plain(x):
-        return st.unknown(node)
-    wname = st.leaf[w]
-    label = wname.removesuffix(".weight")
-    linear(st, node, x, wname, st.leaf[b], st.shapes[wname][1], label, in_axis=0, out_axis=1)

@@ -19,13 +19,12 @@ value would not follow a permutation of it.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from torch import fx
 
 from . import attention
-from .state import HeadLayout, Items, Layout, Seg, Stacked, TraceState
+from .state import HeadLayout, Items, Layout, Seg, Stacked, TraceState, reshape_layout
 from .tables import METADATA_ATTRS
 
 
@@ -131,33 +130,6 @@ def spatial_function(st: TraceState, node: fx.Node) -> None:
 
 
 # ---- shape ops -------------------------------------------------------------------------------
-def reshape_layout(
-    in_shape: tuple[int, ...], out_shape: tuple[int, ...], lay: Layout
-) -> Layout | None:
-    """Where a reshape moves the units of dim ``lay.dim``; ``None`` if it cuts a unit apart.
-
-    With ``R_in`` the product of the input dims after the channel dim and ``R_out`` that of
-    the output dims after the dim ``e`` that starts at the same flat offset, index
-    ``(u * r + t) * R_in + rest`` lands at ``u * (r * R_in / R_out) + ...`` along ``e``: units
-    stay whole iff ``R_out`` divides ``r * R_in`` for every segment (and its offset). No such
-    ``e`` (``x.flatten()`` folds the batch in) is not understood either.
-    """
-    d = lay.dim
-    prefix = math.prod(in_shape[:d])
-    r_in = math.prod(in_shape[d + 1 :])
-    for e in range(len(out_shape)):
-        if math.prod(out_shape[:e]) != prefix:
-            continue
-        if out_shape[e] == 1 and in_shape[d] != 1:
-            continue
-        r_out = math.prod(out_shape[e + 1 :])
-        if any((s.repeat * r_in) % r_out for s in lay.segs):
-            return None
-        segs = tuple(Seg(s.group, s.size, s.repeat * r_in // r_out) for s in lay.segs)
-        return Layout(e, segs)
-    return None
-
-
 def reshape(st: TraceState, node: fx.Node) -> None:
     """``flatten``, ``view``, ``reshape``, ``unflatten``, ``squeeze``, ``unsqueeze`` (function,
     method or ``nn.Flatten`` / ``nn.Unflatten``)."""
@@ -191,7 +163,9 @@ def _view_of_leaf(st: TraceState, node: fx.Node, x: Any) -> bool:
 
 
 def expand(st: TraceState, node: fx.Node) -> None:
-    """``x.expand(...)`` / ``x.expand_as(y)``: broadcasts size-1 dims, may add leading ones."""
+    """``x.expand(...)`` / ``x.expand_as(y)``: broadcasts size-1 dims, may add leading ones
+    (a value split into heads keeps both dims: ``k[:, :, None].expand(...)`` repeats key/value
+    heads for grouped-query attention)."""
     x = node.args[0]
     xs, out, lay = st.shape(x), st.shape(node), st.layout(x)
     if lay is None:
@@ -199,7 +173,17 @@ def expand(st: TraceState, node: fx.Node) -> None:
             st.env[node] = None
             return
         return st.unpermuted(node, x)
-    e = lay.dim + len(out) - len(xs)
+    if xs is None or out is None or not isinstance(lay, (Layout, HeadLayout)):
+        return st.unknown(node)
+    shift = len(out) - len(xs)
+    if isinstance(lay, HeadLayout):
+        hd, wd = lay.head_dim + shift, lay.dim + shift
+        if out[hd] == xs[lay.head_dim] and out[wd] == xs[lay.dim]:
+            st.env[node] = lay._replace(head_dim=hd, dim=wd)
+        else:
+            st.unknown(node)
+        return
+    e = lay.dim + shift
     if out[e] == xs[lay.dim]:
         st.env[node] = Layout(e, lay.segs)
     else:

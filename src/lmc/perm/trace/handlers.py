@@ -93,7 +93,8 @@ HANDLERS: dict[Key, Handler] = _table(
     (METADATA, flow.metadata),
     (("scaled_dot_product_attention",), attention.sdpa),
     (("chunk", "split", "split_with_sizes", "unbind"), attention.chunk),
-    (("addmm",), attention.addmm),
+    (("addmm",), layers.addmm),
+    (("repeat_interleave",), attention.repeat_interleave),
     (("masked_fill", "masked_fill_"), flow.pointwise_op),
 )
 
@@ -105,6 +106,7 @@ HEAD_AWARE: frozenset[Handler] = frozenset(
         flow.pointwise_module,
         flow.data_first,
         flow.reshape,
+        flow.expand,
         flow.permute,
         flow.transpose,
         flow.getitem,
@@ -117,7 +119,8 @@ HEAD_AWARE: frozenset[Handler] = frozenset(
         attention.sdpa,
         attention.chunk,
         attention.multihead_attention_module,
-        attention.addmm,
+        layers.addmm,
+        attention.repeat_interleave,
     }
 )
 

@@ -7,6 +7,7 @@ A norm (BatchNorm, InstanceNorm, GroupNorm(1, C) or (C, C), LayerNorm, RMSNorm, 
 the layout of its input, binding its per-channel parameters and statistics to the group.
 Module and functional forms (``nn.Linear`` and ``F.linear(x, self.w, self.b)``) share one
 core; a functional form whose weight is computed rather than read from the state is refused.
+``torch.addmm(b, x, W)`` (Hugging Face's ``Conv1D``) is a dense layer ``x @ W + b``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from torch import fx
 
+from .attention import matmul_values
 from .state import LayerRecord, Layout, TraceState
 
 
@@ -92,8 +94,6 @@ def matmul(st: TraceState, node: fx.Node) -> None:
     """``x @ W`` / ``torch.matmul(x, W)`` / ``torch.mm``: a dense layer when ``W`` is a 2-D
     state tensor; a product of two computed values (attention scores, ``attn @ v``) is solved
     by :func:`.attention.matmul_values`."""
-    from .attention import matmul_values
-
     x, w = node.args[0], node.args[1]
     ws = st.shape(w)
     if w not in st.leaf and x not in st.leaf:
@@ -344,3 +344,15 @@ def prelu_module(st: TraceState, node: fx.Node) -> None:
         st.env[node] = st.layout(x)
     else:
         per_channel(st, node, x, [wname])
+
+
+def addmm(st: TraceState, node: fx.Node) -> None:
+    """``torch.addmm(bias, x, W)`` with state tensors ``bias`` and ``W``: ``x @ W + bias``."""
+    b, x, w = node.args[0], node.args[1], node.args[2]
+    if w not in st.leaf or b not in st.leaf or node.kwargs or len(node.args) > 3:
+        return st.unknown(node, "uses a computed weight")
+    if not st.plain(x):
+        return st.unknown(node)
+    wname = st.leaf[w]
+    label = wname.removesuffix(".weight")
+    linear(st, node, x, wname, st.leaf[b], st.shapes[wname][1], label, in_axis=0, out_axis=1)

@@ -9,6 +9,10 @@ A group cut into parts (``chunk`` / ``split``) becomes one segment per part. A g
 attention heads becomes a nested permutation of the spec (``spec.heads``); if its dims within
 each head must stay in place (RoPE), its segment becomes one of the head group with ``repeat``
 ``d`` (whole heads move); with one head it is a plain group; with frozen heads it is frozen.
+
+A group that moves in blocks (grouped-query attention's query heads, in blocks of the query
+heads that share a key/value head) is written as its blocks' group, each unit ``factor`` times
+wider; a nested group whose heads move in blocks keeps its dims within heads in place.
 """
 
 from __future__ import annotations
@@ -60,6 +64,13 @@ def build_result(st: TraceState) -> TraceResult:
     uf = st.uf
     heads: dict[str, tuple[str, int]] = {}
 
+    def plain(group: int, size: int, repeat: int) -> Segment:
+        r = uf.find(group)
+        if uf.coarse[r] is not None and not uf.frozen[r]:
+            blocks, factor = uf.coarse[r]
+            return plain(blocks, size // factor, repeat * factor)
+        return Segment(name_of(group), size, repeat)
+
     def resolve(s: Seg) -> list[Segment]:
         if s.group is None:
             return [Segment(None, s.size, s.repeat)]
@@ -71,12 +82,12 @@ def build_result(st: TraceState) -> TraceResult:
             return out
         nest = uf.nest[r]
         if nest is None or uf.frozen[r]:
-            return [Segment(name_of(s.group), s.size, s.repeat)]
+            return [plain(s.group, s.size, s.repeat)]
         head, n_heads = uf.find(nest[0]), nest[1]
-        if uf.frozen[head]:
+        if uf.is_frozen(head):
             return [Segment(None, s.size, s.repeat)]
-        if uf.within_frozen[r]:
-            return [Segment(name_of(head), n_heads, s.repeat * (s.size // n_heads))]
+        if uf.within_frozen[r] or uf.coarse[head] is not None:
+            return [plain(head, n_heads, s.repeat * (s.size // n_heads))]
         name = name_of(s.group)
         head_name = name_of(head)
         if name is not None and head_name is not None:

@@ -10,6 +10,7 @@ flows in, with a warning).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -86,6 +87,18 @@ class Items(tuple):
 UNBOUND = object()  # an axis of a state tensor no op has spoken about yet
 
 
+def _coarsenable(x: Seg, y: Seg) -> bool:
+    """Whether two segments index one axis alike: the same units, or (both permuted) the
+    units of one in blocks of a whole number of the other's (see :meth:`TraceState.unify`)."""
+    if (x.size, x.repeat) == (y.size, y.repeat):
+        return True
+    if x.group is None or y.group is None or x.extent != y.extent:
+        return False
+    fine, coarse = (x, y) if x.size > y.size else (y, x)
+    factor, rest = divmod(fine.size, coarse.size)
+    return rest == 0 and coarse.repeat == fine.repeat * factor
+
+
 class UnionFind:
     """Groups of units that must share one permutation; a frozen group stays unpermuted."""
 
@@ -100,6 +113,9 @@ class UnionFind:
         self.within_frozen: list[bool] = []
         # a group cut into consecutive parts (``chunk`` / ``split``): the parts' ids
         self.parts: list[tuple[int, ...] | None] = []
+        # a group whose units move in blocks of ``factor`` (grouped-query attention: the query
+        # heads that share a key/value head): (the coarse group of the blocks, factor)
+        self.coarse: list[tuple[int, int] | None] = []
 
     def new(self, size: int, name: str) -> int:
         """A new group of ``size`` units, labelled ``name``; returns its id."""
@@ -110,6 +126,7 @@ class UnionFind:
         self.nest.append(None)
         self.within_frozen.append(False)
         self.parts.append(None)
+        self.coarse.append(None)
         return len(self.parent) - 1
 
     def find(self, i: int) -> int:
@@ -130,8 +147,15 @@ class UnionFind:
         self.within_frozen[lo] = self.within_frozen[lo] or self.within_frozen[hi]
         nest_lo, nest_hi = self.nest[lo], self.nest[hi]
         parts_lo, parts_hi = self.parts[lo], self.parts[hi]
+        coarse_lo, coarse_hi = self.coarse[lo], self.coarse[hi]
         self.nest[lo] = nest_lo or nest_hi
         self.parts[lo] = parts_lo or parts_hi
+        self.coarse[lo] = coarse_lo or coarse_hi
+        if coarse_lo and coarse_hi:
+            if coarse_lo[1] == coarse_hi[1]:
+                self.union(coarse_lo[0], coarse_hi[0])
+            else:
+                self.freeze(lo)
         if nest_lo and nest_hi:
             if nest_lo[1] == nest_hi[1]:
                 self.union(nest_lo[0], nest_hi[0])
@@ -146,6 +170,8 @@ class UnionFind:
                 self.freeze(lo)
         if self.nest[lo] and self.parts[lo]:
             self.freeze(lo)  # heads of a group cut into parts: not followed
+        if self.coarse[lo] and (self.nest[lo] or self.parts[lo]):
+            self.freeze(lo)  # blocks of a nested group or of one cut into parts: not followed
         if self.frozen[lo]:
             self.freeze(lo)  # propagate to parts and heads
 
@@ -160,6 +186,9 @@ class UnionFind:
         nest = self.nest[r]
         if nest is not None and not self.is_frozen(nest[0]):
             self.freeze(nest[0])
+        coarse = self.coarse[r]
+        if coarse is not None and not self.frozen[self.find(coarse[0])]:
+            self.freeze(coarse[0])
 
     def freeze_within(self, i: int) -> None:
         """The dims within each head of nested group ``i`` stay in place (heads may move); a
@@ -171,8 +200,34 @@ class UnionFind:
             self.within_frozen[r] = True
 
     def is_frozen(self, i: int) -> bool:
-        """Whether group ``i`` stays unpermuted."""
-        return self.frozen[self.find(i)]
+        """Whether group ``i`` stays unpermuted (or moves in blocks that do)."""
+        r = self.find(i)
+        return self.frozen[r] or (self.coarse[r] is not None and self.is_frozen(self.coarse[r][0]))
+
+    def coarsen(self, i: int, factor: int, label: str) -> int | None:
+        """Group ``i``'s units move in consecutive blocks of ``factor`` (unit ``u`` goes where
+        block ``u // factor`` goes, keeping its place in the block): the id of the group of the
+        blocks (a new one unless ``i`` was coarsened so before), or ``None`` (and ``i``
+        frozen) where that cannot be. Grouped-query attention: the query heads that share a
+        key/value head move with it."""
+        r = self.find(i)
+        if self.coarse[r] is not None:
+            if self.coarse[r][1] == factor:
+                return self.find(self.coarse[r][0])
+            self.freeze(r)
+            return None
+        if (
+            self.frozen[r]
+            or self.nest[r] is not None
+            or self.parts[r] is not None
+            or factor < 1
+            or self.size[r] % factor
+        ):
+            self.freeze(r)
+            return None
+        blocks = self.new(self.size[r] // factor, label)
+        self.coarse[r] = (blocks, factor)
+        return blocks
 
     def nest_in(self, i: int, n_heads: int, label: str) -> int | None:
         """Nest group ``i`` in heads of ``size / n_heads`` dims: its head group's id (a new one
@@ -200,7 +255,7 @@ class UnionFind:
                 return self.parts[r]
             self.freeze(r)
             return None
-        if self.nest[r] is not None or sum(sizes) != self.size[r]:
+        if self.nest[r] is not None or self.coarse[r] is not None or sum(sizes) != self.size[r]:
             self.freeze(r)
             return None
         parts = tuple(self.new(n, f"{label}.{k}") for k, n in enumerate(sizes))
@@ -320,13 +375,26 @@ class TraceState:
         return any(s.group is not None and not self.uf.is_frozen(s.group) for s in segs or ())
 
     def unify(self, a: Sequence[Seg], b: Sequence[Seg]) -> bool:
-        """Make two tilings of one axis index the same units; freeze both if they can't."""
-        if len(a) != len(b) or any((x.size, x.repeat) != (y.size, y.repeat) for x, y in zip(a, b)):
+        """Make two tilings of one axis index the same units; freeze both if they can't.
+
+        Two segments of one extent whose units differ by a factor ``f`` (``x`` has ``f``
+        times the units of ``y``, each ``f`` times narrower: a key/value head repeated for
+        the ``f`` query heads that share it) make ``x``'s units move in blocks of ``f`` as
+        ``y``'s (:meth:`UnionFind.coarsen`)."""
+        if len(a) != len(b) or not all(_coarsenable(x, y) for x, y in zip(a, b)):
             self.freeze_segs(a)
             self.freeze_segs(b)
             return False
         for x, y in zip(a, b):
-            if x.group is not None and y.group is not None:
+            if x.group is not None and y.group is not None and x.size != y.size:
+                fine, coarse = (x, y) if x.size > y.size else (y, x)
+                label = self.uf.name[self.uf.find(coarse.group)]
+                blocks = self.uf.coarsen(fine.group, fine.size // coarse.size, label)
+                if blocks is None:
+                    self.uf.freeze(coarse.group)
+                else:
+                    self.uf.union(blocks, coarse.group)
+            elif x.group is not None and y.group is not None:
                 self.uf.union(x.group, y.group)
             elif x.group is not None:
                 self.uf.freeze(x.group)
@@ -411,3 +479,30 @@ class TraceState:
         if touched:
             self.warn(node, why)
         self.env[node] = None
+
+
+def reshape_layout(
+    in_shape: tuple[int, ...], out_shape: tuple[int, ...], lay: Layout
+) -> Layout | None:
+    """Where a reshape moves the units of dim ``lay.dim``; ``None`` if it cuts a unit apart.
+
+    With ``R_in`` the product of the input dims after the channel dim and ``R_out`` that of
+    the output dims after the dim ``e`` that starts at the same flat offset, index
+    ``(u * r + t) * R_in + rest`` lands at ``u * (r * R_in / R_out) + ...`` along ``e``: units
+    stay whole iff ``R_out`` divides ``r * R_in`` for every segment (and its offset). No such
+    ``e`` (``x.flatten()`` folds the batch in) is not understood either.
+    """
+    d = lay.dim
+    prefix = math.prod(in_shape[:d])
+    r_in = math.prod(in_shape[d + 1 :])
+    for e in range(len(out_shape)):
+        if math.prod(out_shape[:e]) != prefix:
+            continue
+        if out_shape[e] == 1 and in_shape[d] != 1:
+            continue
+        r_out = math.prod(out_shape[e + 1 :])
+        if any((s.repeat * r_in) % r_out for s in lay.segs):
+            return None
+        segs = tuple(Seg(s.group, s.size, s.repeat * r_in // r_out) for s in lay.segs)
+        return Layout(e, segs)
+    return None
