@@ -57,6 +57,7 @@ from .calibration import (
     resolve_calibration,
 )
 from .chain import chain_forward, chain_plan
+from .curve_path import evaluate_curve
 from .ece import (
     ReliabilityCurve,
     classification_metrics,
@@ -111,6 +112,7 @@ __all__ = [
     "cross_entropy_rows",
     "crossfit_folds",
     "draw_reliability_diagram",
+    "evaluate_curve",
     "evaluate_path",
     "expected_calibration_error",
     "fit_inverse_temperature",

@@ -1,0 +1,289 @@
+"""Curves between two models (Garipov et al. 2018): the line, a quadratic Bézier curve and a
+polygonal chain with one bend, on whole state dicts.
+
+Convention (docs/science.md, "Curves between two models"): t plays λ's role, t = 0 is A and
+t = 1 is B, and every kind is a weighted sum of the endpoints and one control point θ_C:
+
+- ``line``: θ(t) = (1 − t)θ_A + tθ_B, no control point (:func:`lmc.merge.lerp`'s path);
+- ``bezier``: θ(t) = (1 − t)²θ_A + 2t(1 − t)θ_C + t²θ_B;
+- ``chain``: θ(t) = θ_A + 2t(θ_C − θ_A) for t ≤ ½, θ_C + (2t − 1)(θ_B − θ_C) after (the bend
+  θ_C is the point at t = ½).
+
+:meth:`PathKind.weights` gives the three weights ``(w_A, w_C, w_B)`` of a kind at t (they sum
+to 1); a later kind is one :func:`register_path_kind` call. The control point starts at the
+midpoint (θ_A + θ_B)/2 (:func:`midpoint_control`), where both curves are the line.
+
+State dicts: every floating entry (parameters *and* floating buffers such as BatchNorm running
+statistics) lies on the curve; integer entries (``num_batches_tracked``) are A's. The floating
+buffers of a curve's point are interpolated like the parameters but are not statistics of that
+point: a BatchNorm model's statistics are recomputed at every evaluated point (the existing
+reset, :func:`lmc.merge.reset_batchnorm`; :func:`lmc.metrics.curve_path.evaluate_curve` does
+it). A point has A's dtypes and devices; the endpoints are exact (t = 0 gives A, t = 1 gives
+B, bit for bit, and a chain at t = ½ gives θ_C), because terms of weight 0 are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from lmc.config import LmcError, check_lambda
+from lmc.models.compare import check_same_architecture
+
+from .interpolate import StateDict, lerp
+
+Weights = tuple[float, float, float]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class PathKind:
+    """One kind of path between two models: its ``name`` (the ``kind`` a setting or a result
+    names), ``control_points`` (0 for the line, 1 for the curves), a one-line ``description``
+    and ``formula`` for help texts, and the function ``weights(t) -> (w_A, w_C, w_B)`` giving
+    θ(t) = w_A θ_A + w_C θ_C + w_B θ_B (``w_C`` is 0 for a kind without a control point).
+    Compared by name."""
+
+    name: str
+    control_points: int
+    description: str
+    formula: str
+    weights_fn: Callable[[float], Weights] = field(compare=False, repr=False)
+
+    def weights(self, t: float) -> Weights:
+        """``(w_A, w_C, w_B)`` at ``t`` in [0, 1] (``LmcError`` outside); they sum to 1."""
+        return self.weights_fn(check_lambda(_as_float(t), "t"))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _as_float(t: float | torch.Tensor) -> float:
+    if isinstance(t, torch.Tensor) and t.numel() == 1:
+        return float(t.item())
+    return t
+
+
+def _line(t: float) -> Weights:
+    return (1.0 - t, 0.0, t)
+
+
+def _bezier(t: float) -> Weights:
+    return ((1.0 - t) ** 2, 2.0 * t * (1.0 - t), t * t)
+
+
+def _chain(t: float) -> Weights:
+    if t <= 0.5:
+        return (1.0 - 2.0 * t, 2.0 * t, 0.0)
+    return (0.0, 2.0 - 2.0 * t, 2.0 * t - 1.0)
+
+
+#: The path kinds by name (:func:`register_path_kind`).
+PATH_KINDS: dict[str, PathKind] = {}
+
+
+def register_path_kind(kind: PathKind) -> PathKind:
+    """Add ``kind`` to :data:`PATH_KINDS` and return it; ``LmcError`` when its name is taken
+    or its weights at 0 and 1 are not the endpoints (1, 0, 0) and (0, 0, 1)."""
+    known = PATH_KINDS.get(kind.name)
+    if known is not None and known is not kind:
+        raise LmcError(f"a path kind named {kind.name!r} is already registered")
+    if kind.weights_fn(0.0) != (1.0, 0.0, 0.0) or kind.weights_fn(1.0) != (0.0, 0.0, 1.0):
+        raise LmcError(f"path kind {kind.name!r} must start at A (t = 0) and end at B (t = 1)")
+    PATH_KINDS[kind.name] = kind
+    return kind
+
+
+LINE = register_path_kind(
+    PathKind("line", 0, "the straight line from A to B", "(1 − t)θ_A + tθ_B", _line)
+)
+BEZIER = register_path_kind(
+    PathKind(
+        "bezier",
+        1,
+        "quadratic Bézier curve through one trained control point",
+        "(1 − t)²θ_A + 2t(1 − t)θ_C + t²θ_B",
+        _bezier,
+    )
+)
+CHAIN = register_path_kind(
+    PathKind(
+        "chain",
+        1,
+        "polygonal chain A → θ_C → B with its bend θ_C at t = ½",
+        "θ_A + 2t(θ_C − θ_A) for t ≤ ½, θ_C + (2t − 1)(θ_B − θ_C) after",
+        _chain,
+    )
+)
+
+
+def path_kind_names() -> tuple[str, ...]:
+    """The registered kinds' names, in registration order (``line``, ``bezier``, ``chain``)."""
+    return tuple(PATH_KINDS)
+
+
+def get_path_kind(kind: str | PathKind) -> PathKind:
+    """The :class:`PathKind` named ``kind`` (a :class:`PathKind` is returned as it is);
+    ``LmcError`` naming the known kinds otherwise."""
+    if isinstance(kind, PathKind):
+        return kind
+    found = PATH_KINDS.get(kind) if isinstance(kind, str) else None
+    if found is None:
+        raise LmcError(f"unknown path kind {kind!r}: use one of {', '.join(PATH_KINDS)}")
+    return found
+
+
+@torch.no_grad()
+def combine_into(
+    out: torch.Tensor,
+    weights: Weights,
+    a: torch.Tensor,
+    c: torch.Tensor | None,
+    b: torch.Tensor,
+) -> torch.Tensor:
+    """Write ``w_A a + w_C c + w_B b`` into ``out`` (computed in ``out``'s dtype, on its
+    device; no graph) and return it. The terms are taken in the order A, B, θ_C, terms of
+    weight 0 skipped: the first is written (copied when its weight is 1, so a weight of
+    exactly 1 gives that tensor's values exactly), the others added (``add_(…, alpha=w)``).
+    ``c`` may be ``None`` when ``w_C`` is 0."""
+    wa, wc, wb = weights
+    first = True
+    for w, t in ((wa, a), (wb, b), (wc, c)):
+        if w == 0.0:
+            continue
+        if t is None:
+            raise LmcError("this point of the curve needs its control point θ_C")
+        t = t.detach().to(device=out.device, dtype=out.dtype)
+        if first and w == 1.0:
+            out.copy_(t)
+        elif first:
+            torch.mul(t, w, out=out)
+        else:
+            out.add_(t, alpha=w)
+        first = False
+    if first:
+        raise LmcError(f"the weights {weights} of a point of a curve must not all be 0")
+    return out
+
+
+def combine(
+    weights: Weights,
+    a: torch.Tensor,
+    c: torch.Tensor | None,
+    b: torch.Tensor,
+) -> torch.Tensor:
+    """``w_A a + w_C c + w_B b`` (:func:`combine_into`) as a new tensor in ``a``'s dtype (half
+    precision computed in float32) on ``a``'s device."""
+    work = torch.float32 if a.dtype in _LOW_PRECISION else a.dtype
+    out = torch.empty(a.shape, dtype=work, device=a.device)
+    return combine_into(out, weights, a, c, b).to(a.dtype)
+
+
+@torch.no_grad()
+def midpoint_control(
+    state_a: Mapping[str, torch.Tensor], state_b: Mapping[str, torch.Tensor]
+) -> StateDict:
+    """The control point where every curve starts: (θ_A + θ_B)/2 (``lerp(A, B, ½)``; integer
+    entries A's). Both a Bézier curve and a chain through it are the line."""
+    return lerp(state_a, state_b, 0.5)
+
+
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 (hex) over every entry's name, dtype, shape and bytes, in name order: names a
+    state dict in a curve's config and binds a checkpoint to its endpoints."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        if t.numel():
+            h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()
+
+
+class Curve:
+    """A path θ(t) of ``kind`` from ``state_a`` (t = 0) to ``state_b`` (t = 1) through
+    ``control`` (θ_C, a state dict of the same names and shapes; default the midpoint; a line
+    has none). The states are held as given (detached, B and θ_C on A's devices), not copied:
+    changing them changes the curve.
+    """
+
+    def __init__(
+        self,
+        kind: str | PathKind,
+        state_a: Mapping[str, torch.Tensor],
+        state_b: Mapping[str, torch.Tensor],
+        control: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
+        self.kind = get_path_kind(kind)
+        check_same_architecture(state_a, state_b, purpose="a curve")
+        self.state_a = {k: v.detach() for k, v in state_a.items()}
+        self.state_b = {k: state_b[k].detach().to(v.device) for k, v in self.state_a.items()}
+        if self.kind.control_points == 0:
+            if control is not None:
+                raise LmcError(f"a {self.kind.name} has no control point; pass control=None")
+            self.control: StateDict | None = None
+        else:
+            if control is None:
+                control = midpoint_control(self.state_a, self.state_b)
+            check_same_architecture(
+                self.state_a, control, names=("A", "the control point"), purpose="a curve"
+            )
+            self.control = {k: control[k].detach().to(v.device) for k, v in self.state_a.items()}
+
+    def weights(self, t: float) -> Weights:
+        """``(w_A, w_C, w_B)`` at ``t`` (:meth:`PathKind.weights`)."""
+        return self.kind.weights(t)
+
+    @torch.no_grad()
+    def point(self, t: float) -> StateDict:
+        """The state dict θ(t): floating entries on the curve, integer entries A's (module
+        doc). ``t = 0`` is A and ``t = 1`` is B bit for bit (B's values in A's dtypes). The
+        output never shares storage with the curve's states."""
+        w = self.weights(t)
+        out: StateDict = {}
+        for key, a in self.state_a.items():
+            if not a.is_floating_point():
+                out[key] = a.clone()
+            else:
+                c = None if self.control is None else self.control[key]
+                out[key] = combine(w, a, c, self.state_b[key])
+        return out
+
+    def bend_distance(self, names: list[str] | None = None) -> float:
+        """‖θ_C − (θ_A + θ_B)/2‖ / ‖θ_A − θ_B‖ over the floating entries ``names`` (default
+        all of them), norms in float64: 0 for the line and for an untrained control point
+        (docs/science.md). NaN when A and B are equal on those entries."""
+        if self.control is None:
+            return 0.0
+        keys = [k for k, v in self.state_a.items() if v.is_floating_point()]
+        if names is not None:
+            wanted = set(names)
+            keys = [k for k in keys if k in wanted]
+        num = den = 0.0
+        for k in keys:
+            a, b, c = (s[k].detach().double() for s in (self.state_a, self.state_b, self.control))
+            num += float((c - 0.5 * (a + b)).square().sum())
+            den += float((a - b).square().sum())
+        return math.sqrt(num) / math.sqrt(den) if den > 0 else math.nan
+
+
+__all__ = [
+    "BEZIER",
+    "CHAIN",
+    "LINE",
+    "PATH_KINDS",
+    "Curve",
+    "PathKind",
+    "combine",
+    "combine_into",
+    "get_path_kind",
+    "midpoint_control",
+    "path_kind_names",
+    "register_path_kind",
+    "state_digest",
+]
