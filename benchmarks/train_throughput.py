@@ -5,7 +5,10 @@ Throughput (the default): for depth-3 MLPs of each width in ``--widths`` it time
 over ``--steps`` steps of batch ``--batch-size`` on random Fashion-MNIST-shaped data, with
 ``precision="fp32"`` and ``precision="bf16"`` interleaved (``--repeats`` rounds, the order
 alternating each round, the best time of each kept), so both see the same machine load. It
-reports steps/s per precision, the bf16/fp32 step-rate ratio and the achieved GFLOP/s. FLOPs
+reports steps/s per precision, the bf16/fp32 step-rate ratio and the achieved GFLOP/s. Every
+mode's first line names the processor (or GPU), PyTorch's CPU capability and whether bfloat16
+is native there (:func:`lmc.config.precision.bf16_support`): the bf16/fp32 ratio is a property
+of that hardware (about 2x with AMX, a few hundred times slower on an AVX2-only CPU). FLOPs
 are counted exactly for the Linear layers: forward 2*in*out per example and layer, backward
 2*in*out for the weight gradient plus 2*in*out for the input gradient (except the first layer,
 whose input needs none). Each precision's GFLOP/s is also given as a fraction of a matmul of
@@ -44,10 +47,12 @@ import time
 import torch
 from _common import best_time
 
+from lmc.config.precision import bf16_support
 from lmc.data import Dataset, load
 from lmc.data.text import build_text_dataset
 from lmc.models import build
-from lmc.train import PRECISIONS, TrainSettings, fit
+from lmc.train import TrainSettings, fit
+from lmc.train.settings import TRAINED_PRECISIONS as PRECISIONS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -59,6 +64,13 @@ def training_flops_per_example(model: torch.nn.Module) -> int:
         mac = layer.in_features * layer.out_features
         flops += 2 * mac + 2 * mac + (2 * mac if i > 0 else 0)
     return flops
+
+
+def hardware(device: str) -> str:
+    """The processor (or GPU) the numbers are of, with PyTorch's CPU capability and whether
+    bfloat16 is native there, e.g. ``CPU AMD EPYC (AVX2; bfloat16 emulated: ...)``: bf16's
+    speed depends on it (native with AVX512-BF16 or AMX, hundreds of times slower without)."""
+    return bf16_support(device, measure=False).describe()
 
 
 def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, device: str, repeats: int = 20):
@@ -100,7 +112,7 @@ def throughput(args: argparse.Namespace) -> None:
     print(
         f"random Fashion-MNIST-shaped data; depth-3 MLP, batch {args.batch_size}, "
         f"{args.steps} steps x best of {args.repeats} interleaved repeats; device {args.device}; "
-        f"torch threads {torch.get_num_threads()}"
+        f"torch threads {torch.get_num_threads()}; on {hardware(args.device)}"
     )
     print(
         f"{'width':>6} {'fp32 steps/s':>13} {'bf16 steps/s':>13} {'bf16/fp32':>10} "
@@ -159,7 +171,7 @@ def gpt_throughput(args: argparse.Namespace) -> None:
         f"random tokens (vocab {data.vocab_size}); GPT depth {args.depth}, heads {args.heads}, "
         f"context {args.context}, batch {args.batch_size} ({tokens_per_step} tokens/step), "
         f"AdamW, {args.steps} steps x best of {args.repeats} interleaved repeats; device "
-        f"{args.device}; torch threads {torch.get_num_threads()}"
+        f"{args.device}; torch threads {torch.get_num_threads()}; on {hardware(args.device)}"
     )
     print(f"{'width':>6} {'fp32 tokens/s':>14} {'bf16 tokens/s':>14} {'bf16/fp32':>10}")
     for width in (int(w) for w in args.widths.split(",")):
@@ -192,7 +204,7 @@ def accuracy(args: argparse.Namespace) -> None:
     print(
         f"Fashion-MNIST, depth-3 MLP width {args.width}, {args.epochs} epochs, batch "
         f"{args.batch_size}, SGD defaults, seeds 0/0; device {args.device}; "
-        f"torch threads {torch.get_num_threads()}"
+        f"torch threads {torch.get_num_threads()}; on {hardware(args.device)}"
     )
     results = {}
     for p in PRECISIONS:

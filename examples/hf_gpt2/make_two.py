@@ -1,9 +1,11 @@
 """Two small GPT-2s trained independently on the same text, saved as Hugging Face folders.
 
-Writes ``corpus.txt`` (the Debian fortunes when installed, else a built-in paragraph), a
-byte-level BPE tokenizer trained on it, and ``gpt2-a/`` and ``gpt2-b/`` (``save_pretrained``
-folders, the tokenizer in each) holding two GPT-2s of the same shape trained from different
-seeds: the two checkpoints a user of ``lmc --hf-model`` brings. Needs ``pip install 'lmc[hf]'``.
+Writes ``corpus.txt`` (English text: Debian's fortunes when the ``fortunes`` package is
+installed, else the Python Language Reference that every Python carries in its standard
+library, ``pydoc_data.topics``), a byte-level BPE tokenizer trained on it, and ``gpt2-a/`` and
+``gpt2-b/`` (``save_pretrained`` folders, the tokenizer in each) holding two GPT-2s of the same
+shape trained from different seeds: the two checkpoints a user of ``lmc --hf-model`` brings.
+Needs ``pip install 'lmc[hf]'``.
 
     python examples/hf_gpt2/make_two.py [--out DIR] [--steps N] [--chars N]
 """
@@ -15,22 +17,30 @@ from pathlib import Path
 
 import torch
 
-PARAGRAPH = (
-    "It was the best of times, it was the worst of times, it was the age of wisdom, it was "
-    "the age of foolishness, it was the epoch of belief, it was the epoch of incredulity, it "
-    "was the season of Light, it was the season of Darkness, it was the spring of hope, it "
-    "was the winter of despair, we had everything before us, we had nothing before us.\n"
-)
+
+def python_reference_text() -> str:
+    """The Python Language Reference's topics as ``pydoc`` shows them (``help("if")``), in
+    the order of their names: about 450,000 characters of English (with some grammar and
+    code) in every CPython's standard library (``pydoc_data/topics.py``)."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name].strip() for name in sorted(topics)) + "\n"
 
 
-def corpus_text(characters: int = 200_000) -> str:
-    """The first ``characters`` of the fortunes corpus, or the paragraph repeated."""
-    try:
-        from lmc.data.text import fortunes_text
+def corpus_text(characters: int = 200_000) -> tuple[str, str]:
+    """``(text, what)``: the first ``characters`` of Debian's fortunes (``lmc.data``'s
+    ``fortunes`` corpus) when the ``fortunes`` package is installed, else of the Python
+    Language Reference (:func:`python_reference_text`)."""
+    from lmc.config import LmcError
+    from lmc.data.paths import system_dirs
+    from lmc.data.text import fortunes_text
 
-        return fortunes_text("/usr/share/games/fortunes")[:characters]
-    except Exception:
-        return (PARAGRAPH * (characters // len(PARAGRAPH) + 1))[:characters]
+    for folder in system_dirs("fortunes"):
+        try:
+            return fortunes_text(folder)[:characters], f"Debian's fortunes ({folder})"
+        except LmcError:
+            continue  # not installed (or not whole): the next corpus
+    return python_reference_text()[:characters], "the Python Language Reference (pydoc_data)"
 
 
 def train_tokenizer(text: str, vocab_size: int):
@@ -68,7 +78,7 @@ def train_gpt2(tokens: torch.Tensor, vocab: int, seed: int, steps: int, context:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return model.eval(), float(loss)
+    return model.eval(), float(loss.detach())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,8 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    text = corpus_text(args.chars)
+    text, what = corpus_text(args.chars)
     (out / "corpus.txt").write_text(text, encoding="utf-8")
+    print(f"wrote {out / 'corpus.txt'} ({len(text):,} characters of {what})")
     tokenizer = train_tokenizer(text, args.vocab)
     tokens = torch.tensor(tokenizer(text)["input_ids"])
     for name, seed in (("gpt2-a", 1), ("gpt2-b", 2)):

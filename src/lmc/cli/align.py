@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
     check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
     if get_method(args.method).needs_data:
-        data = dataset_for_config(run_a.config, args, device)
+        data = dataset_for_config(run_a, args, device)
         x_train, y_train = data.x_train, data.y_train
     else:
         x_train, y_train = _example_input(run_a.config), None
@@ -246,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
         "environment": environment_info(device),
         "wall_seconds": time.perf_counter() - start,
     }
+    if run_a.metrics.get("data_paths"):  # where the runs' data were (lmc.train.runs)
+        metrics["data_paths"] = run_a.metrics["data_paths"]
     saved = store.save(
         config,
         result.state_dict,

@@ -94,16 +94,17 @@ def number_list_type(what: str, *, count: bool = False):
     return check
 
 
-def dataset_for_config(config: dict[str, Any], args: argparse.Namespace, device: torch.device):
-    """Load the dataset a run was trained on (its ``dataset`` and ``dataset_options``)."""
-    from lmc.data import load
+def dataset_for_config(run: Any, args: argparse.Namespace, device: torch.device):
+    """Load the dataset a run (a :class:`lmc.store.Run`, or a run's config) was trained on: its
+    ``dataset`` and ``dataset_options``, a path given relative read where the run was trained
+    (:func:`lmc.train.runs.load_run_data`)."""
+    from lmc.train.runs import load_run_data
 
-    return load(
-        config["dataset"],
+    return load_run_data(
+        run,
         data_dir=getattr(args, "data_dir", None),
         device=device,
         download=getattr(args, "download", False),
-        **config.get("dataset_options", {}),
     )
 
 
@@ -159,7 +160,7 @@ def load_pair(args: argparse.Namespace, verb: str):
     model_a, model_b = run_a.build_model(device), run_b.build_model(device)
     if not getattr(args, "widen", False):  # --widen: widths may differ (lmc.perm.widen)
         check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
-    data = dataset_for_config(run_a.config, args, device)
+    data = dataset_for_config(run_a, args, device)
     return run_a, run_b, model_a, model_b, data
 
 
@@ -218,7 +219,14 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
         "GPT-2 and ViT): the narrower is written exactly into "
         "the wider one's architecture (its stream, heads and MLP padded) and the pair is "
         "measured in the canonical form; use with --align orthogonal, orthogonal-activation or "
-        "learned",
+        "learned (two Hugging Face models of different widths: --hf-model-b)",
+    )
+    parser.add_argument(
+        "--hf-model-b",
+        default=None,
+        metavar="FOLDER",
+        help="with --hf-model: the Hugging Face folder whose architecture B's weights load into "
+        "(default: --hf-model's), e.g. a wider GPT-2 with --widen",
     )
     add_method_options(parser)
 
@@ -291,7 +299,7 @@ class PairInputs:
 
 
 def uses_own_model(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "model_factory", None) or getattr(args, "hf_model", None))
+    return any(getattr(args, key, None) for key in ("model_factory", "hf_model", "hf_model_b"))
 
 
 def load_user_dataset(
@@ -414,24 +422,33 @@ def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
 
     if args.model_factory and args.hf_model:
         raise LmcError("give --model-factory or --hf-model, not both")
+    hf_model_b = getattr(args, "hf_model_b", None)
+    if hf_model_b and not args.hf_model:
+        raise LmcError("--hf-model-b is B's architecture beside --hf-model's: give --hf-model too")
     if not getattr(args, "data", None):
         raise LmcError(
             "--data is needed with --model-factory/--hf-model: a zoo dataset name (digits, "
             "mnist, ...) or a .npz/.safetensors file holding x and y"
         )
+    quiet = bool(getattr(args, "quiet", False))
     if args.model_factory:
         make, key, spec = load_factory(args.model_factory), "model_factory", args.model_factory
     else:
-        make, key, spec = load_hf_folder(args.hf_model), "hf_model", args.hf_model
+        make, key, spec = load_hf_folder(args.hf_model, quiet=quiet), "hf_model", args.hf_model
+    make_b, source_b = make, f"the model from {spec}"
+    if hf_model_b:
+        make_b, source_b = load_hf_folder(hf_model_b, quiet=quiet), f"the model from {hf_model_b}"
     source = f"the model from {spec}"
     device = device_from(args)
     model_a = load_weights(make(), args.run_a, source=source)
-    model_b = load_weights(make(), args.run_b, source=source)
+    model_b = load_weights(make_b(), args.run_b, source=source_b)
     if not getattr(args, "widen", False):
         check_same_architecture(model_a, model_b, names=("A", "B"))
     model_a, model_b = model_a.to(device).eval(), model_b.to(device).eval()
     data = load_user_dataset(args.data, args, device, model_a)
     check_data_fits(model_a, data, source)
+    if hf_model_b:
+        check_data_fits(model_b, data, source_b)
     meta = {
         "weights_a": str(args.run_a),
         "weights_b": str(args.run_b),
@@ -440,5 +457,7 @@ def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
         "dataset": data.name,
         "data": str(args.data),
     }
+    if hf_model_b:
+        meta["hf_model_b"] = str(hf_model_b)
     name_a, name_b = Path(args.run_a).stem, Path(args.run_b).stem
     return PairInputs(model_a, model_b, data, meta, name_a, name_b, data.name, source=source)

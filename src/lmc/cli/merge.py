@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     models = [r.build_model(device) for r in runs]
     for i, m in enumerate(models[1:], start=2):
         check_same_architecture(models[0], m, names=("RUN 1", f"RUN {i}"), purpose="merging")
-    data = dataset_for_config(runs[0].config, args, device)
+    data = dataset_for_config(runs[0], args, device)
     start = time.perf_counter()
     info: dict[str, Any] = {}
     extra: dict[str, dict[str, torch.Tensor]] = {}
@@ -197,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
         "environment": environment_info(device),
         "wall_seconds": seconds,
     }
+    if runs[0].metrics.get("data_paths"):  # where the runs' data were (lmc.train.runs)
+        metrics["data_paths"] = runs[0].metrics["data_paths"]
     state_out = {k: v.detach().cpu() for k, v in merged.state_dict().items()}
     saved = store.save(config, state_out, metrics, extra_tensors=extra)
     _report(args, record, saved.path, reused=False)

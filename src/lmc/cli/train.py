@@ -108,13 +108,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--depth",
         type=int,
         default=None,
-        help="MLP: number of hidden layers (default 3); ViT: transformer blocks (default 4)",
+        help="MLP: number of hidden layers (default 3); ViT: transformer blocks (default 4); "
+        "GPT, llama: transformer blocks (default 2)",
     )
     model.add_argument(
         "--heads",
         type=int,
         default=None,
-        help="ViT: attention heads; must divide --width (default 4)",
+        help="ViT, GPT, llama: attention heads (llama: query heads); must divide --width "
+        "(default 4)",
+    )
+    model.add_argument(
+        "--kv-heads",
+        type=int,
+        default=None,
+        help="llama: key/value heads, dividing --heads (fewer: grouped-query attention; "
+        "default: --heads)",
+    )
+    model.add_argument(
+        "--tied",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="GPT, llama: the output head shares the token embedding (default: GPT tied, "
+        "llama untied)",
     )
     model.add_argument(
         "--patch",
@@ -126,7 +142,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mlp-ratio",
         type=float,
         default=None,
-        help="ViT: MLP hidden units per embedding dimension (default 2)",
+        help="ViT, GPT: MLP hidden units per embedding dimension (default ViT 2, GPT 4); llama: "
+        "SwiGLU hidden units per embedding dimension before rounding (default 8/3)",
     )
     model.add_argument(
         "--pool",
@@ -197,8 +214,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default=DEFAULTS.precision,
         choices=PRECISIONS,
-        help="fp32, or bf16 (mixed precision: bfloat16 forward under autocast, float32 weights; "
-        "evaluation stays float32)",
+        help="auto: bf16 where bfloat16 is native on --device and measured faster than float32 "
+        "(a short timing at start-up, kept in ~/.cache/lmc/precision.json), else fp32; the run's "
+        "config records which, so an auto run that trains in fp32 is the fp32 run. fp32: "
+        "float32. bf16: mixed precision (bfloat16 forward under autocast, float32 weights; "
+        "evaluation stays float32); where the device only emulates bfloat16 (a CPU without "
+        "AVX512-BF16 or AMX) it warns before training, as it can be hundreds of times slower "
+        f"(default: {DEFAULTS.precision})",
     )
     aug = recipe.add_mutually_exclusive_group()
     aug.add_argument(
@@ -308,6 +330,8 @@ MODEL_FLAGS = {
     "--patch": "patch",
     "--mlp-ratio": "mlp_ratio",
     "--pool": "pool",
+    "--kv-heads": "kv_heads",
+    "--tied": "tied",
 }
 
 
@@ -348,7 +372,7 @@ def config_from_args(args: argparse.Namespace, data=None) -> dict:
         augment=args.augment,
         init_seed=init_seed,
         data_seed=data_seed,
-        precision=args.precision,
+        precision=TrainSettings(precision=args.precision).resolved(device_from(args)).precision,
     )
     options = model_options_from_args(args)
     return make_config(

@@ -25,6 +25,7 @@ from .text import (
     TEXT_DATASETS,
     TEXT_OPTIONS,
     build_text_dataset,
+    check_tokenizer_digest,
     fortunes_text,
     read_text_file,
     text_options,
@@ -380,6 +381,8 @@ def _load_text_dataset(
     if "subset_seed" in options and "train_size" not in options:
         raise LmcError(f"{key}: subset_seed needs train_size (the subset it picks)")
     opts = text_options(key, _text_only(options))  # every option checked before a file is read
+    if opts.get("tokenizer_sha256") is not None:  # checked where recorded, as the text is
+        check_tokenizer_digest(opts["tokenizer"], opts["tokenizer_sha256"])
     if key == "text":
         text = read_text_file(opts["path"], opts.get("sha256"))  # checked where recorded
         name, source = Path(opts["path"]).name, opts["path"]

@@ -21,6 +21,10 @@ Options (all recorded in a run's ``dataset_options``: :func:`text_options` fills
 
 - ``tokenizer``: ``"char"`` (default), ``"bytes"``, or a local Hugging Face tokenizer folder
   (:mod:`lmc.data.tokenizers`). The char vocabulary is fitted on the training block only.
+  A run records a folder's content beside its path, ``tokenizer_sha256``
+  (:func:`lmc.data.tokenizers.tokenizer_folder_sha256`; only for a folder, so runs with
+  ``char`` or ``bytes`` keep the identity they had), and a folder whose content no longer has
+  that digest is refused, as a changed ``text`` file is.
 - ``splits``: ``[train, validation, test]`` fractions of the text's *characters* (Unicode code
   points), each > 0, summing to 1; default ``[0.9, 0.05, 0.05]``. With ``n`` characters the
   blocks are ``text[:a]``, ``text[a:b]``, ``text[b:]`` with ``a = floor(train·n)`` and
@@ -60,7 +64,14 @@ from lmc.config import LmcError, check_int, check_regular_file, resolve_device
 
 from .dataset import Dataset
 from .subsets import subset_count
-from .tokenizers import CharTokenizer, Tokenizer, make_tokenizer
+from .tokenizers import (
+    TOKENIZERS,
+    CharTokenizer,
+    Tokenizer,
+    check_tokenizer_folder,
+    make_tokenizer,
+    tokenizer_folder_sha256,
+)
 
 TEXT_DATASETS = ("text", "fortunes", "tiny-shakespeare")
 TEXT_SPLITS = ("train", "validation", "test")
@@ -70,7 +81,7 @@ DEFAULT_TOKENIZER = "char"
 DEFAULT_CONTEXT = 128
 DEFAULT_SPLITS = (0.9, 0.05, 0.05)
 #: The options of every text dataset (``path`` is ``text``'s, and only its).
-TEXT_OPTIONS = ("path", "sha256", "tokenizer", "context", "stride", "splits")
+TEXT_OPTIONS = ("path", "sha256", "tokenizer", "tokenizer_sha256", "context", "stride", "splits")
 #: How far from 1 the split fractions may add up.
 SPLITS_TOL = 1e-9
 
@@ -152,14 +163,55 @@ def _check_splits(splits: Any) -> tuple[float, float, float]:
     return out[0], out[1], out[2]
 
 
+#: The text options that name a file or a folder (``tokenizer`` when it is a folder).
+PATH_OPTIONS = ("path", "tokenizer")
+
+
+def absolute_paths(options: dict[str, Any]) -> dict[str, str]:
+    """The absolute form (``~`` expanded, against the current folder, links kept) of each
+    option of ``options`` that names a file or a folder (:data:`PATH_OPTIONS`): what a run
+    records of where its data were (``data_paths`` in its ``metrics.json``), beside its config,
+    which keeps the paths as given (they are part of its identity)."""
+    out = {}
+    for key in PATH_OPTIONS:
+        value = options.get(key)
+        if value is None or str(value) == "" or (key == "tokenizer" and str(value) in TOKENIZERS):
+            continue
+        out[key] = os.path.abspath(os.path.expanduser(str(value)))
+    return out
+
+
+def with_recorded_paths(options: dict[str, Any], recorded: dict[str, Any] | None) -> dict[str, Any]:
+    """``options`` (a run's ``dataset_options``, paths as given) with each path option
+    replaced by its absolute form ``recorded`` where the run was trained, when that file or
+    folder still exists: so a run trained with a relative path is read from any folder. A
+    recorded path that is gone (the project moved) leaves the option as given, read from the
+    current folder. The recorded digests (``sha256``, ``tokenizer_sha256``) still decide
+    whether what is read is what the run read."""
+    out = dict(options)
+    for key in PATH_OPTIONS:
+        given, where = out.get(key), (recorded or {}).get(key)
+        if given is None or not isinstance(where, str) or not os.path.isabs(where):
+            continue
+        if os.path.exists(where):
+            out[key] = where
+    return out
+
+
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
 def text_options(
     name: str, options: dict[str, Any], *, record_digest: bool = False
 ) -> dict[str, Any]:
     """``options`` of text dataset ``name`` checked and completed with every default
     (``tokenizer``, ``context``, ``stride``, ``splits``; ``path`` for ``text``), as they belong
     in a run's ``dataset_options``. Other keys (the subset options) are passed through.
-    A ``sha256`` given for ``text`` is checked for form; ``record_digest`` adds the file's own
-    when none is given (reading the file: what a run records, :func:`file_sha256`).
+    A ``sha256`` given for ``text`` (``tokenizer_sha256`` for a tokenizer folder) is checked
+    for form; ``record_digest`` adds the file's (the folder's) own when none is given (reading
+    it: what a run records, :func:`file_sha256`,
+    :func:`lmc.data.tokenizers.tokenizer_folder_sha256`).
     ``LmcError`` for a bad value, a missing ``path`` or a ``path`` given to a named corpus."""
     if name not in TEXT_DATASETS:
         raise LmcError(f"{name!r} is not a text dataset ({', '.join(TEXT_DATASETS)})")
@@ -175,7 +227,7 @@ def text_options(
             out.pop("sha256", None)
             if record_digest:  # the file's content names the data, not only its path
                 out["sha256"] = file_sha256(out["path"])
-        elif not (isinstance(out["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", out["sha256"])):
+        elif not _is_digest(out["sha256"]):
             raise LmcError(f"sha256 must be 64 lowercase hex digits, got {out['sha256']!r}")
     elif "path" in out or "sha256" in out:
         raise LmcError(
@@ -185,6 +237,21 @@ def text_options(
     if not isinstance(tokenizer, (str, os.PathLike)) or str(tokenizer).strip() == "":
         raise LmcError(f"tokenizer must be 'char', 'bytes' or a folder path, got {tokenizer!r}")
     out["tokenizer"] = str(tokenizer)
+    if out["tokenizer"] in TOKENIZERS:
+        if out.get("tokenizer_sha256") is not None:
+            raise LmcError(
+                f"tokenizer_sha256 names a tokenizer folder's content; tokenizer "
+                f"{out['tokenizer']!r} has none"
+            )
+        out.pop("tokenizer_sha256", None)
+    elif out.get("tokenizer_sha256") is None:
+        out.pop("tokenizer_sha256", None)
+        if record_digest:  # the folder's content names the tokens, not only its path
+            out["tokenizer_sha256"] = tokenizer_folder_sha256(check_tokenizer_folder(tokenizer))
+    elif not _is_digest(out["tokenizer_sha256"]):
+        raise LmcError(
+            f"tokenizer_sha256 must be 64 lowercase hex digits, got {out['tokenizer_sha256']!r}"
+        )
     out["context"] = check_int("context", out.get("context", DEFAULT_CONTEXT), minimum=1)
     out["stride"] = check_int("stride", out.get("stride", out["context"]), minimum=1)
     out["splits"] = list(_check_splits(out.get("splits", DEFAULT_SPLITS)))
@@ -229,6 +296,17 @@ def file_sha256(path: str | os.PathLike) -> str:
     of a ``text`` file beside its path, so an edited file is never taken for the one a run
     read."""
     return hashlib.sha256(_file_bytes(path)).hexdigest()
+
+
+def check_tokenizer_digest(folder: str | os.PathLike, sha256: str) -> None:
+    """``LmcError`` unless the tokenizer folder's content still has the digest ``sha256``
+    (:func:`lmc.data.tokenizers.tokenizer_folder_sha256`)."""
+    if tokenizer_folder_sha256(check_tokenizer_folder(folder)) != sha256:
+        raise LmcError(
+            f"tokenizer folder {folder} has changed since it was recorded (the SHA-256 of its "
+            f"tokenizer files is no longer {sha256[:12]}…): runs and studies made with it read "
+            "other tokens; restore the folder or train anew"
+        )
 
 
 def read_text_file(path: str | os.PathLike, sha256: str | None = None) -> str:

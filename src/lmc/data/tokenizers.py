@@ -23,6 +23,7 @@ folder path) into an unfitted tokenizer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -39,8 +40,58 @@ UNKNOWN_TEXT = "\ufffd"
 
 
 def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    """The library's message in one line: its first line, or all its lines joined when the
+    first ends on a colon (a list follows), at most 300 characters."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = " ".join(lines) if lines[0].endswith(":") else lines[0]
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+#: Suffixes of the files of a model folder that hold weights, never a tokenizer's: left out of
+#: a tokenizer folder's digest (:func:`tokenizer_folder_sha256`), so retraining the model saved
+#: beside its tokenizer does not rename the runs that read text with that tokenizer.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx",
+                   ".gguf", ".npz")  # fmt: skip
+
+
+def tokenizer_files(folder: str | os.PathLike) -> list[Path]:
+    """The files of a tokenizer folder that name its tokenizer: every regular file directly in
+    it (links followed) but weight files (:data:`WEIGHT_SUFFIXES`) and their ``*.index.json``
+    shard indexes, sorted by name. Hugging Face reads a tokenizer only from such files
+    (``tokenizer.json``, ``tokenizer_config.json``, ``vocab.json``, ``merges.txt``, a
+    SentencePiece ``*.model``, ``special_tokens_map.json``; ``config.json`` when the tokenizer
+    config does not name its class)."""
+    root = Path(folder).expanduser()
+    try:
+        entries = sorted(root.iterdir(), key=lambda p: p.name)
+    except OSError as exc:
+        raise LmcError(f"cannot read tokenizer folder {folder}: {exc.strerror or exc}") from exc
+    return [
+        p
+        for p in entries
+        if p.is_file()
+        and not p.name.lower().endswith(WEIGHT_SUFFIXES)
+        and not p.name.lower().endswith(".index.json")
+    ]
+
+
+def tokenizer_folder_sha256(folder: str | os.PathLike) -> str:
+    """The SHA-256 (hex) that names a tokenizer folder's content: of each file of
+    :func:`tokenizer_files`, in name order, its name, its size and its bytes. What a run's
+    ``dataset_options`` record beside the folder's path (``tokenizer_sha256``), so a tokenizer
+    replaced in the same folder is never taken for the one a run was trained with."""
+    digest = hashlib.sha256()
+    for path in tokenizer_files(folder):
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise LmcError(f"cannot read tokenizer file {path}: {exc.strerror or exc}") from exc
+        name = path.name.encode("utf-8", errors="surrogateescape")
+        digest.update(len(name).to_bytes(8, "little") + name)
+        digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
 
 
 class Tokenizer:
@@ -186,6 +237,17 @@ class ByteTokenizer(Tokenizer):
         return bytes(values).decode("utf-8", errors="replace")
 
 
+def check_tokenizer_folder(folder: str | os.PathLike) -> Path:
+    """``folder`` as a path, or ``LmcError`` when it is not a folder."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise LmcError(
+            f"tokenizer {str(folder)!r} is not 'char', 'bytes' or a folder (a Hugging "
+            "Face tokenizer folder, as save_pretrained writes it)"
+        )
+    return path
+
+
 class HFTokenizer(Tokenizer):
     """A Hugging Face tokenizer read from a local folder (``save_pretrained`` layout)."""
 
@@ -193,11 +255,12 @@ class HFTokenizer(Tokenizer):
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = str(folder)
-        path = Path(folder).expanduser()
-        if not path.is_dir():
+        path = check_tokenizer_folder(folder)
+        if not tokenizer_files(path):
             raise LmcError(
-                f"tokenizer {self.folder!r} is not 'char', 'bytes' or a folder (a Hugging "
-                "Face tokenizer folder, as save_pretrained writes it)"
+                f"tokenizer folder {self.folder} holds no tokenizer files (such as "
+                "tokenizer.json or tokenizer_config.json); give the folder a tokenizer's "
+                "save_pretrained wrote, or 'char' or 'bytes'"
             )
         try:
             import transformers
@@ -207,7 +270,15 @@ class HFTokenizer(Tokenizer):
                 "pip install 'lmc[hf]'"
             ) from exc
         try:
-            self._tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            logging = transformers.utils.logging
+            verbosity = logging.get_verbosity()
+            logging.set_verbosity_error()  # its warnings are no part of lmc's output
+            try:
+                self._tok = transformers.AutoTokenizer.from_pretrained(
+                    str(path), local_files_only=True
+                )
+            finally:
+                logging.set_verbosity(verbosity)
         except Exception as exc:
             raise LmcError(
                 f"tokenizer folder {self.folder} does not load: {_first_line(exc)}"

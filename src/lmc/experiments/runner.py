@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lmc.config.precision import training_device
 from lmc.store import made_folder, write_json, write_text
 
 from .cells import read_csv
@@ -50,7 +51,8 @@ def run_study(
     out = Path(out_dir)
     options = replace(options or RunOptions(), out_dir=str(out), **settings)
     session = getattr(options.executor, "session", None)  # workers start once per study
-    with session() if session is not None else nullcontext():
+    # precision "auto" in the runs' configs is resolved for the study's device
+    with training_device(options.device), session() if session is not None else nullcontext():
         if "variants" in study:
             return _run_variants(study, options)
         kind = get_kind(experiment_of(study))

@@ -21,12 +21,13 @@ Every failure is one-line :class:`lmc.config.LmcError` naming the file, module o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "load_factory",
     "load_hf_folder",
     "load_weights",
+    "quiet_transformers",
     "read_weights",
 ]
 
@@ -197,13 +199,41 @@ def _transformers():
     return transformers
 
 
-def load_hf_folder(path: str | os.PathLike) -> Callable[[], nn.Module]:
+@contextlib.contextmanager
+def quiet_transformers(quiet: bool = True) -> Iterator[None]:
+    """With ``quiet``, silence ``transformers`` inside the block: its progress bars (e.g.
+    "Loading weights") off and its logging at errors only; both restored after. Without
+    ``quiet`` (or without ``transformers``) nothing changes."""
+    transformers = sys.modules.get("transformers") if quiet else None
+    if transformers is None and quiet:
+        try:
+            import transformers
+        except ImportError:
+            transformers = None
+    if transformers is None:
+        yield
+        return
+    logging = transformers.utils.logging
+    bars, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def load_hf_folder(path: str | os.PathLike, *, quiet: bool = False) -> Callable[[], nn.Module]:
     """A zero-argument callable building the model of the local Hugging Face folder ``path``
     (``config.json`` and its weights, as ``save_pretrained`` writes them), wrapped in
     :class:`HFLogits`, in eval mode.
 
     The class is the config's ``architectures[0]`` when ``transformers`` has it, else
     ``AutoModelForSequenceClassification``. Nothing is downloaded (``local_files_only=True``).
+    ``quiet``: no progress bars or log lines of ``transformers`` while it loads
+    (:func:`quiet_transformers`).
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -212,7 +242,8 @@ def load_hf_folder(path: str | os.PathLike) -> Callable[[], nn.Module]:
         raise LmcError(f"--hf-model {folder}: no config.json (not a Hugging Face model folder)")
     transformers = _transformers()
     try:
-        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        with quiet_transformers(quiet):
+            config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:
         raise LmcError(f"--hf-model {folder}: cannot read config.json: {_first_line(exc)}") from exc
     names = list(getattr(config, "architectures", None) or [])
@@ -222,7 +253,8 @@ def load_hf_folder(path: str | os.PathLike) -> Callable[[], nn.Module]:
 
     def make() -> nn.Module:
         try:
-            model = cls.from_pretrained(str(folder), local_files_only=True)
+            with quiet_transformers(quiet):
+                model = cls.from_pretrained(str(folder), local_files_only=True)
         except Exception as exc:
             raise LmcError(
                 f"--hf-model {folder}: {cls.__name__}.from_pretrained failed: {_first_line(exc)}"

@@ -34,8 +34,10 @@ state-dict names are the original ones minus the norms' parameters plus any adde
 canonical state into it); :func:`canonical_state` the folded state alone.
 
 Supported: the zoo's ``gpt`` and ``vit`` (:func:`lmc.models.build`), Hugging Face's
-``GPT2LMHeadModel`` and ``ViTForImageClassification``. :func:`stream_layout` says, for each,
-which tensors write the stream and which layers read each norm.
+``GPT2LMHeadModel`` and ``ViTForImageClassification``, also inside the wrapper the CLI puts
+around a ``--hf-model`` (:class:`lmc.models.factory.HFLogits`: the model under ``hf``, its state
+names prefixed ``hf.``). :func:`stream_layout` says, for each, which tensors write the stream
+and which layers read each norm.
 """
 
 from __future__ import annotations
@@ -182,12 +184,41 @@ def _hf_vit(model: nn.Module) -> StreamLayout:
     return StreamLayout(model.config.hidden_size, tuple(writers), tuple(norms))
 
 
+def unwrap(model: nn.Module) -> tuple[nn.Module, str]:
+    """``(inner, prefix)``: the library model inside a wrapper lmc puts around it
+    (:class:`lmc.models.factory.HFLogits`, whose Hugging Face model is ``hf``) and the prefix
+    of its names in the wrapper (``"hf."``); ``(model, "")`` for any other model."""
+    from lmc.models.factory import HFLogits
+
+    if isinstance(model, HFLogits):
+        inner, prefix = unwrap(model.hf)
+        return inner, f"hf.{prefix}"
+    return model, ""
+
+
+def _prefixed(layout: StreamLayout, prefix: str) -> StreamLayout:
+    if not prefix:
+        return layout
+    writers = tuple((prefix + name, axis) for name, axis in layout.writers)
+    norms = []
+    for site in layout.norms:
+        readers = tuple(Reader(prefix + r.module, r.in_axis) for r in site.readers)
+        norms.append(NormSite(prefix + site.norm, readers))
+    return StreamLayout(layout.width, writers, tuple(norms))
+
+
 def stream_layout(model: nn.Module) -> StreamLayout:
-    """The :class:`StreamLayout` of a supported pre-LN transformer (or of its canonical form).
+    """The :class:`StreamLayout` of a supported pre-LN transformer (or of its canonical form),
+    also inside lmc's Hugging Face wrapper (:func:`unwrap`: its names then carry the prefix).
 
     ``LmcError`` for any other model (convolutional nets, post-LN models such as BERT, whose
     LayerNorms sit on the stream itself and cannot be folded this way).
     """
+    inner, prefix = unwrap(model)
+    return _prefixed(_inner_layout(inner), prefix)
+
+
+def _inner_layout(model: nn.Module) -> StreamLayout:
     from lmc.models.gpt import GPT
     from lmc.models.vit import ViT
 
@@ -267,9 +298,10 @@ def canonical_skeleton(model: nn.Module) -> nn.Module:
                 mod.bias = nn.Parameter(mod.weight.new_zeros(mod.out_features))
         rms = nn.RMSNorm(norm.normalized_shape, eps=norm.eps, elementwise_affine=False)
         _set_submodule(out, site.norm, rms)
-    if hasattr(out, "tied"):  # the zoo GPT records its tying
-        out.tied = False
-    config = getattr(out, "config", None)
+    inner, _ = unwrap(out)
+    if hasattr(inner, "tied"):  # the zoo GPT records its tying
+        inner.tied = False
+    config = getattr(inner, "config", None)
     if config is not None and hasattr(config, "tie_word_embeddings"):
         config.tie_word_embeddings = False  # Hugging Face must not re-tie the head
     return out
@@ -354,4 +386,5 @@ __all__ = [
     "canonicalize",
     "is_canonical",
     "stream_layout",
+    "unwrap",
 ]

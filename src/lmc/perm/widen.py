@@ -75,6 +75,24 @@ def _gpt_shape(model: nn.Module, which: str) -> dict:
     }
 
 
+def _exceeds(what: str, n: int, w: int, width_n: int, width_w: int) -> LmcError:
+    """The error for a narrow model (stream width ``width_n``) with more of ``what`` (``n``)
+    than the wide one (``width_w``; ``w``). Only when the models came in the wrong order
+    (``width_n > width_w``, a direct call) does it ask for the narrower one first:
+    :func:`widen_pair` orders them itself."""
+    if width_n > width_w:
+        return LmcError(
+            f"widening: the model to embed (stream width {width_n}) is wider than the one to "
+            f"embed it into ({width_w}); give the narrower model first"
+        )
+    return LmcError(
+        f"widening: the narrower model (stream width {width_n}) has more {what} ({n}) than "
+        f"the wider one (stream width {width_w}, {w} {what}); a model is written into another "
+        "only when none of its widths (stream, heads, dims per head, MLP units) exceeds the "
+        "other's, so these two have no common architecture"
+    )
+
+
 def embed_gpt(narrow: nn.Module, wide: nn.Module) -> nn.Module:
     """The canonical model of ``wide``'s architecture that computes ``narrow``'s function, for
     two zoo ``gpt`` models (module docstring; :func:`embed_transformer` on token ids). Neither
@@ -84,12 +102,11 @@ def embed_gpt(narrow: nn.Module, wide: nn.Module) -> nn.Module:
     for key in SAME_OPTIONS:
         if n[key] != w[key]:
             raise LmcError(f"widening: the models' {key} differ ({n[key]} and {w[key]})")
+    names = {"width": "stream width", "heads": "heads", "head_dim": "dims per head",
+             "hidden": "MLP units"}  # fmt: skip
     for key in ("width", "heads", "head_dim", "hidden"):
         if n[key] > w[key]:
-            raise LmcError(
-                f"widening: the narrow model's {key} ({n[key]}) exceeds the wide one's "
-                f"({w[key]}); give the narrower model first"
-            )
+            raise _exceeds(names[key], n[key], w[key], n["width"], w["width"])
     return embed_transformer(narrow, wide, _gpt_tokens(narrow))
 
 
@@ -195,11 +212,10 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
     big = canonical_skeleton(wide).to(dtype=param.dtype, device=param.device)
     spec_n, spec_w = symmetry_spec(small, example_input), symmetry_spec(big, example_input)
     head_groups = {h for h, _ in spec_w.spec.heads.values()}  # a one-head model has none
+    width_n, width_w = stream_layout(small).width, stream_layout(big).width
     if spec_n.spec.heads and not spec_w.spec.heads:
-        raise LmcError(
-            "widening: the narrow model has more heads than the wide one (1); give the "
-            "narrower model first"
-        )
+        heads_n = max(h for _, h in spec_n.spec.heads.values())
+        raise _exceeds("heads", heads_n, 1, width_n, width_w)
     if not set(spec_n.group_sizes) <= set(spec_w.group_sizes) or not (
         set(spec_w.group_sizes) - set(spec_n.group_sizes) <= head_groups
     ):
@@ -209,12 +225,13 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
         raise LmcError("widening: the models have no residual stream lmc can rotate")
     (stream,) = streams
     sizes_n, sizes_w = spec_n.group_sizes, spec_w.group_sizes
+    whole_heads = {h for h, _ in spec_n.spec.heads.values()}
     for g in sizes_n:
+        if g in spec_n.spec.heads:  # heads x dims: told apart below
+            continue
         if sizes_n[g] > sizes_w[g]:
-            raise LmcError(
-                f"widening: the narrow model's {g!r} ({sizes_n[g]} units) exceeds the wide "
-                f"one's ({sizes_w[g]}); give the narrower model first"
-            )
+            what = "heads" if g in whole_heads else f"units in {g!r}"
+            raise _exceeds(what, sizes_n[g], sizes_w[g], width_n, width_w)
     c = math.sqrt(sizes_w[stream] / sizes_n[stream])
     qk = _qk_groups(spec_w, stream)
     unit_map: dict[str, tuple[torch.Tensor, Callable[[str, int, str], float | None]]] = {}
@@ -227,24 +244,15 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
         heads_w = spec_w.spec.heads[g][1] if g in spec_w.spec.heads else 1
         if g in spec_w.spec.heads or (q_side := _q_side(spec_w, g)) is not None:
             if heads_n > heads_w:
-                raise LmcError(
-                    f"widening: the narrow model has more heads ({heads_n}) than the wide one "
-                    f"({heads_w}); give the narrower model first"
-                )
+                raise _exceeds("heads", heads_n, heads_w, width_n, width_w)
             d_n, d_w = n // heads_n, sizes_w[g] // heads_w
             if d_n > d_w:
-                raise LmcError(
-                    f"widening: the narrow model's heads have more dims ({d_n}) than the wide "
-                    f"one's ({d_w})"
-                )
+                raise _exceeds("dims per head", d_n, d_w, width_n, width_w)
             units = (torch.arange(heads_n)[:, None] * d_w + torch.arange(d_n)[None, :]).reshape(-1)
             if g in qk or q_side is not None:
                 q_scale = math.sqrt(d_w / d_n)
         elif g in spec_n.spec.heads:
-            raise LmcError(
-                f"widening: the narrow model has more heads ({heads_n}) than the wide one (1); "
-                "give the narrower model first"
-            )
+            raise _exceeds("heads", heads_n, 1, width_n, width_w)
 
         def scale_of(name, k, role, q_scale=q_scale, q_side=q_side, split=g in qk):
             if role not in ("out", "in"):

@@ -111,12 +111,17 @@ class Run:
 
     def state_dict(self, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
         """The stored final state dict, loaded without unpickling; its size and SHA-256 are
-        checked against the manifest over the bytes read (:class:`DamagedRunError`)."""
+        checked against the manifest over the bytes read (:class:`DamagedRunError`), and every
+        floating tensor must be finite (:func:`check_finite_weights`: a NaN or inf is an
+        ``LmcError`` naming the tensor, never evaluated)."""
         path = self.path / MODEL_FILE
         data = read_checked(self.path, MODEL_FILE, self.manifest, "model file", vouched_ok=True)
         if data is None:  # vouched for by the stat cache: loaded straight from the file
-            return load_regular_tensors(path, device=device)
-        return tensors_from_bytes(data, path, device)
+            state = load_regular_tensors(path, device=device)
+        else:
+            state = tensors_from_bytes(data, path, device)
+        check_finite_weights(state, path)
+        return state
 
     def verify(self) -> None:
         """Hash every file the manifest lists now; the first mismatch is raised. A run without
@@ -260,6 +265,25 @@ class RunStore:
             records[METRICS_FILE] = write_json(tmp / METRICS_FILE, metrics)
             write_manifest(tmp, records)
         return Run(path, config, metrics, read_manifest(path))
+
+
+def check_finite_weights(state: dict[str, torch.Tensor], source: str | os.PathLike) -> None:
+    """``LmcError`` naming the first tensor of ``state`` (read from ``source``) that holds a NaN
+    or an infinity, with how many of its values do: weights that are not finite give no loss or
+    barrier worth reporting (NaN everywhere on the path), so they are refused where a run is
+    loaded, not measured. Integer tensors (counters) are not checked."""
+    for key, tensor in state.items():
+        if not (tensor.is_floating_point() or tensor.is_complex()) or tensor.numel() == 0:
+            continue
+        if bool(torch.isfinite(tensor.sum())):  # a finite sum: every value finite
+            continue
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad:
+            raise LmcError(
+                f"{source}: tensor {key!r} holds {bad} non-finite value{'s' if bad > 1 else ''} "
+                f"(NaN or inf) of {tensor.numel()}; weights that are not finite cannot be "
+                "evaluated: train the run again (or give other weights)"
+            )
 
 
 def is_finished(run_dir: str | os.PathLike) -> bool:

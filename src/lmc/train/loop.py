@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError, progress
+from lmc.config.precision import resolve_precision
 from lmc.data import Dataset, batches, random_crop_flip
 
 from .evaluate import evaluate
@@ -34,8 +35,11 @@ def autocast_context(precision: str, device: torch.device) -> contextlib.Abstrac
     """The context a training forward pass runs in for ``precision`` on ``device``.
 
     ``fp32`` is a no-op; ``bf16`` is ``torch.autocast`` to bfloat16 (CPU or CUDA), which keeps
-    the float32 weights and casts per op (matmuls and convolutions run in bfloat16).
+    the float32 weights and casts per op (matmuls and convolutions run in bfloat16); ``auto``
+    is first resolved for ``device`` (:func:`lmc.config.precision.resolve_precision`).
     """
+    if precision == "auto":
+        precision = resolve_precision(precision, device)
     if precision == "fp32":
         return contextlib.nullcontext()
     if precision == "bf16":
@@ -98,7 +102,9 @@ def fit(
     ``decay_budget`` (Σ_t lr_t·wd over every step so far, from step 0).
     With ``settings.precision == "bf16"`` the forward pass runs under bfloat16 autocast; the
     loss is taken in float32 on float32 logits, and the weights, gradients, optimizer state and
-    the per-epoch evaluation stay float32.
+    the per-epoch evaluation stay float32. ``auto`` is resolved for ``device`` first, and
+    ``bf16`` on a device that only emulates bfloat16 warns (once per process) before the first
+    step (:func:`lmc.config.precision.resolve_precision`).
     The loss, accuracy and their per-batch counts are the dataset's task's
     (:mod:`lmc.data.tasks`, ``dataset.task``): for ``next-token`` the mean cross-entropy over
     every position (nats per token) and the fraction of positions predicted, with running
@@ -112,7 +118,7 @@ def fit(
     stop_epoch = settings.epochs if stop_epoch is None else stop_epoch
     augment = data.augment if settings.augment is None else settings.augment
     optimizer = make_optimizer(model, settings, device)
-    autocast = autocast_context(settings.precision, device)
+    autocast = autocast_context(resolve_precision(settings.precision, device), device)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     history = list(history or [])

@@ -16,6 +16,7 @@ import torch
 from lmc.config import LmcError, environment_info
 from lmc.data import Dataset, canonical_name, load
 from lmc.data import dataset_options as recorded_dataset_options
+from lmc.data.text import PATH_OPTIONS, TEXT_DATASETS, absolute_paths, with_recorded_paths
 from lmc.models import (
     build,
     check_fits_memory,
@@ -250,11 +251,68 @@ def _train_into(
         device=device,
         resumed_from_epoch=start_epoch if checkpoint is not None else None,
     )
+    paths = data_paths(config)
+    if paths:  # where the data were read: the config keeps the paths as given
+        metrics["data_paths"] = paths
     tokenizer = getattr(data, "tokenizer", None)  # a text run keeps what reads its text
     extra = {TOKENIZER_FILE: json.loads(tokenizer.to_json())} if tokenizer is not None else None
     run = store.save(config, model.state_dict(), metrics, extra_json=extra)
     remove_checkpoint(run_dir)
     return run
+
+
+def data_paths(config: dict[str, Any]) -> dict[str, str]:
+    """The absolute paths of the files and folders ``config``'s dataset options name (a text
+    file's ``path``, a ``tokenizer`` folder; :func:`lmc.data.text.absolute_paths`), resolved
+    against the current folder: what a run records as ``data_paths`` in its metrics. ``{}``
+    for a dataset that names none."""
+    if config.get("dataset") not in TEXT_DATASETS:  # configs hold canonical names
+        return {}
+    return absolute_paths(config.get("dataset_options") or {})
+
+
+def run_dataset_options(run: Run | dict[str, Any]) -> dict[str, Any]:
+    """The dataset options to read ``run``'s data with: its config's ``dataset_options``, each
+    path given relative replaced by the absolute one recorded when it was trained
+    (``metrics["data_paths"]``) while that exists (:func:`lmc.data.text.with_recorded_paths`),
+    so a run is evaluated from any folder. A config (no metrics) gives its options as they
+    are."""
+    if not isinstance(run, Run):
+        return dict(run.get("dataset_options") or {})
+    options = dict(run.config.get("dataset_options") or {})
+    if run.config.get("dataset") not in TEXT_DATASETS:
+        return options
+    return with_recorded_paths(options, run.metrics.get("data_paths"))
+
+
+def load_run_data(
+    run: Run | dict[str, Any],
+    *,
+    data_dir: str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
+    download: bool = False,
+) -> Dataset:
+    """The dataset ``run`` (a :class:`lmc.store.Run`, or a run's config) was trained on, read
+    with :func:`run_dataset_options`. Errors name the files and folders as the run's config
+    gives them (as the user typed them), also where they were read at their recorded place."""
+    config = run.config if isinstance(run, Run) else run
+    given = dict(config.get("dataset_options") or {})
+    options = run_dataset_options(run)
+    try:
+        return load(
+            config["dataset"], data_dir=data_dir, device=device, download=download, **options
+        )
+    except LmcError as exc:
+        moved = sorted(
+            (k for k in PATH_OPTIONS if options.get(k) != given.get(k)),
+            key=lambda k: -len(str(options[k])),  # the longer first: one may hold the other
+        )
+        if not moved:
+            raise
+        message = str(exc)
+        for key in moved:
+            message = message.replace(str(options[key]), str(given[key]))
+        raise LmcError(message) from exc
 
 
 def final_metrics(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+import torch
+
 from lmc.config import LmcError
+from lmc.config.precision import PRECISIONS, TRAINED_PRECISIONS, resolve_precision
 from lmc.config.validate import check_int, check_number
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "onecycle", "constant")
-PRECISIONS = ("fp32", "bf16")
+__all__ = ["OPTIMIZERS", "PRECISIONS", "SCHEDULES", "TRAINED_PRECISIONS", "TrainSettings"]
 
 
 @dataclass(frozen=True)
@@ -32,11 +35,15 @@ class TrainSettings:
         label_smoothing: cross-entropy label smoothing (0 = off).
         augment: random crop + flip; ``None`` uses the dataset's default (on for CIFAR).
         init_seed: seeds the weights. data_seed: seeds the data order and augmentation.
-        precision: ``fp32`` (plain float32) or ``bf16`` (automatic mixed precision: the training
+        precision: ``fp32`` (plain float32), ``bf16`` (automatic mixed precision: the training
             forward pass and loss run under ``torch.autocast`` in bfloat16 on CPU or CUDA; the
             weights, gradients and optimizer state stay float32, and the loss itself is taken in
-            float32). Evaluation and all metrics are float32 either way. It changes the weights,
-            so it is part of the run's config and identity.
+            float32) or ``auto`` (the default): ``bf16`` where bfloat16 is native on the training
+            device and measured faster, else ``fp32`` (:mod:`lmc.config.precision`). Evaluation
+            and all metrics are float32 either way. It changes the weights, so it is part of the
+            run's config and identity, which holds the resolved ``fp32`` or ``bf16``, never
+            ``auto`` (:meth:`to_dict`): an ``auto`` run resolved to fp32 is the explicit fp32 run.
+            ``bf16`` on a device that only emulates bfloat16 warns before training.
     """
 
     epochs: int = 10
@@ -51,7 +58,7 @@ class TrainSettings:
     augment: bool | None = None
     init_seed: int = 0
     data_seed: int = 0
-    precision: str = "fp32"
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         for key, choices in (
@@ -87,8 +94,17 @@ class TrainSettings:
         for key in ("lr", "momentum", "weight_decay", "warmup_epochs", "label_smoothing"):
             object.__setattr__(self, key, float(getattr(self, key)))
 
+    def resolved(self, device: str | torch.device | None = None) -> TrainSettings:
+        """These settings with ``precision`` resolved to ``fp32`` or ``bf16`` for ``device``
+        (default: the training device, :func:`lmc.config.precision.training_device`, else the
+        CPU; :func:`lmc.config.precision.resolve_precision`, which warns where bf16 is
+        emulated)."""
+        return replace(self, precision=resolve_precision(self.precision, device))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as a run's config records them: ``precision`` resolved
+        (:meth:`resolved`), so the config hash never holds ``auto``."""
+        return asdict(self.resolved())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainSettings:
