@@ -24,9 +24,34 @@ rendered file (the study folder for a page, the repository root for the README).
     A value of a ``.json`` or ``.toml`` file (dotted path; list items by index).
 ``{{FILE: `REGEX` | SPEC}}``
     Any other file (a log, a text output): the first group of REGEX's first match (multiline).
-``{{? [FILE: FILTERS | COLUMN | ci] vs [FILE: FILTERS | COLUMN | ci]}}``
-    "within noise" where the two means' 95 % intervals overlap, else "apart, their 95 %
-    intervals disjoint": the verdict is generated as the numbers are.
+``{{? [FILE: FILTERS | COLUMN] vs [FILE: FILTERS | COLUMN] | OPTIONS}}``
+    The verdict on the second cell minus the first, in lmc.stats' words (docs/science.md,
+    "Statistics and verdicts"): ``higher in every pair: +0.068 ± 0.014 (3 pairs, p = 0.0023)``,
+    ``no difference detected: ...; the interval admits ±X``, ``too few pairs (n = 2 < 3): no
+    verdict``; the option ``%`` reads values × 100 (accuracies as percentages and percentage
+    points, as ``%.1f`` prints them). Each lookup gives one value per pair, keyed by the
+    ``pair`` column (``by=COL,COL`` names other key columns, e.g. ``by=set`` or
+    ``by=width,pair``); a value repeated on every λ row of a pair counts once, and ``| min``,
+    ``| max`` or ``| mean`` after COLUMN aggregate each pair's rows. The comparison is paired
+    over the pairs both cells hold when both have the key columns and their studies seed pairs
+    alike (one ``[sweep] seed``, both spawned or both not: pair p trains with seed + 2p and seed
+    + 2p + 1, so pair p is the same seeds at every width, weight decay, method and variant),
+    else Welch's (``unpaired`` forces it). A summary row (``table1.csv``, ``variants.csv``) is
+    read from its per-pair ``results.csv`` (beside it, or in the variant's folder) at λ = ½,
+    checked to average to the row's mean; without one, only a cell of fewer than 3 pairs can be
+    compared (too few pairs).
+``{{ratio [NUM] / [DEN] | THRESHOLD | OPTIONS}}``
+    Ratios per pair, NUM_p / DEN_p (lookups and options as for ``?``, always paired):
+    ``at most 0.1 in every pair: 0.061 ± 0.020 (9 pairs)``, ``above 0.1 in 4 of 9 pairs: ...``;
+    without THRESHOLD the ratios' mean with its interval (``0.061 ± 0.020 (n = 9)``).
+``{{n? [FILE: FILTERS | COLUMN] | TEXT}}``
+    TEXT (plain, no placeholders) where the cell holds at least 3 pairs, else ``too few pairs
+    (n = 2 < 3): no verdict``: a reading that rests on one cell.
+``{{runtime FOLDER}}``
+    How long a study ran, from its ``study.json`` (``wall_seconds_all`` where its folder
+    recorded several invocations, else ``wall_seconds``; summed over variant folders) with its
+    job counts: ``8.9 min recorded on 2 cores (all 3 jobs run)``; ``run time not recorded``
+    without one. Never type a run time.
 ``{{= EXPR | FORMAT}}``
     Arithmetic (``+ - * / **``, parentheses, ``abs min max log2 sqrt``) over numbers and
     lookups in brackets, ``[FILE: FILTERS | COLUMN | AGG]`` (the AGG a single value: not
@@ -59,7 +84,9 @@ Line directives:
 rewrapped to 100 columns after filling in (tables, code, headings and HTML are left as they
 are), and every relative link or image in a rendered file must name a file that exists.
 
-This is documentation tooling: it reads committed files only and imports nothing from lmc.
+This is documentation tooling: it reads committed files only; its statistics are lmc.stats'
+(the ``ci`` cell's half-width included), and the ``method-settings`` block reads
+``lmc.perm.methods``.
 """
 
 from __future__ import annotations
@@ -78,6 +105,8 @@ from pathlib import Path
 from typing import Any
 
 from scipy import stats
+
+from lmc import stats as lstats
 
 try:
     import tomllib
@@ -130,10 +159,9 @@ class Context:
 
 
 def t_halfwidth(std: float, n: int) -> float:
-    """Half-width of the 95 % t-interval of a mean of ``n`` values with sample std ``std``."""
-    if n < 2:
-        return math.nan
-    return float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
+    """Half-width of the 95 % t-interval of a mean of ``n`` values with sample std ``std``
+    (:func:`lmc.stats.half_width`)."""
+    return lstats.half_width(std, n)
 
 
 def _number(cell: Any) -> float:
@@ -516,24 +544,282 @@ def _brackets(text: str) -> list[str]:
     return out
 
 
-def _verdict(ctx: Context, body: str) -> str:
-    """``[A] vs [B]``: "within noise" where the two 95 % intervals overlap."""
+class PairCell:
+    """One cell for a verdict: ``values`` pair key -> value (``None`` where only a summary row
+    is committed, which gives ``n`` alone), ``keyed`` whether the keys name pairs (else the
+    values are compared unpaired), ``seed`` the study seed the pair keys count from."""
+
+    def __init__(self, values: dict | None, n: int, keyed: bool, seed: Any, label: str) -> None:
+        self.values, self.n, self.keyed, self.seed, self.label = values, n, keyed, seed, label
+
+
+def _seed(ctx: Context, file: str) -> Any:
+    """How the file's pairs are seeded: ``(seed, spawned)``, the ``[sweep] seed`` of the
+    study.toml in the file's folder or the one above it (a variant's own ``sweep`` keys where the
+    file is in a variant's folder) and whether pairs are spawned (``spawn_epoch`` > 0: the parent
+    of pair p uses seed + p, else A and B train with seed + 2p and seed + 2p + 1); ``None``
+    without a study.toml. Cells seeded alike hold the same seeds in pair p."""
+    path = _path(ctx, file)
+    for folder in (path.parent, path.parent.parent):
+        toml = folder / "study.toml"
+        if not toml.is_file():
+            continue
+        if toml not in ctx.cache:
+            ctx.cache[toml] = tomllib.loads(toml.read_text())
+        study = ctx.cache[toml]
+        sweep = dict(study.get("sweep") or {})
+        if folder != path.parent:
+            for variant in study.get("variants") or []:
+                if variant.get("name") == path.parent.name:
+                    sweep.update(variant.get("sweep") or {})
+        return (sweep.get("seed", 0), bool(sweep.get("spawn_epoch", 0)))
+    return None
+
+
+def _row_value(row: dict, column: str, columns: list[str], label: str) -> float:
+    if column in columns:
+        return _number(row[column])
+    try:
+        tree = ast.parse(column, mode="eval")
+    except SyntaxError as exc:
+        raise PageError(f"{label} has no column {column!r}") from exc
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in columns and node.id not in FUNCTIONS:
+            raise PageError(f"{label} has no column {node.id!r}")
+    return _evaluate(tree, {c: _number(row[c]) for c in columns})
+
+
+def _per_key(
+    rows: list[dict], columns: list[str], column: str, by: list[str], agg: str | None, label: str
+) -> dict:
+    """Pair key -> value over ``rows``: one value per key (a value repeated on every λ row of a
+    pair counts once), or ``agg`` (``mean``, ``min``, ``max``) of each key's values."""
+    for key in by:
+        if key not in columns:
+            raise PageError(f"{label} has no pair column {key!r} (by=...; or 'unpaired')")
+
+    def part(cell: str) -> Any:  # "0" and "0.0" name one pair
+        x = _number(cell)
+        return (int(x) if x.is_integer() else x) if math.isfinite(x) else cell.strip()
+
+    groups: dict = {}
+    for row in rows:
+        key = tuple(part(row[k]) for k in by)
+        groups.setdefault(key[0] if len(key) == 1 else key, []).append(
+            _row_value(row, column, columns, label)
+        )
+    out = {}
+    for key, values in groups.items():
+        finite = [v for v in values if math.isfinite(v)]
+        if agg is not None:
+            out[key] = _scalar(Found(finite), agg) if finite else math.nan
+        elif len(set(finite)) > 1:
+            raise PageError(
+                f"{len(set(finite))} different values of {column} in {label} for pair {key}: "
+                "narrow the filters (e.g. lam=0.5) or aggregate per pair (| min, | mean)"
+            )
+        else:
+            out[key] = finite[0] if finite else math.nan
+    return out
+
+
+def _per_pair_source(file: str, filters: list, columns: list[str], row: dict) -> tuple:
+    """The per-pair file behind a summary row and its filters: ``table1.csv`` -> the
+    ``results.csv`` beside it at λ = ½; ``variants.csv`` -> ``VARIANT/results.csv``."""
+    path = Path(file)
+    rest = [f for f in filters if f[0] != "variant" and "." not in f[0]]
+    if path.name == "table1.csv":
+        folder = path.parent
+    elif path.name == "variants.csv" and "variant" in columns:
+        folder = path.parent / row["variant"]
+    else:
+        return None, []
+    return str(folder / "results.csv"), [*rest, ("lam", "=", "0.5")]
+
+
+def _pair_cell(ctx: Context, part: str, by: list[str]) -> PairCell:
+    """A verdict's lookup ``FILE: FILTERS | COLUMN`` (``| ci`` allowed, ``| min``, ``| max`` or
+    ``| mean`` aggregate each pair's values) as a :class:`PairCell`. A summary row
+    (``table1.csv``, ``variants.csv``) is read from its per-pair ``results.csv`` (λ = ½), whose
+    mean must be the row's; where none is committed, the row's n only."""
+    parts = _split(part)
+    agg = None
+    if len(parts) == 3:
+        if parts[2] not in ("ci", "mean", "min", "max"):
+            raise PageError(f"a verdict's lookup ends in | ci, | mean, | min or | max: {part!r}")
+        agg = None if parts[2] == "ci" else parts[2]
+        parts = parts[:2]
+    if len(parts) != 2 or ":" not in parts[0]:
+        raise PageError(f"a verdict compares lookups [FILE: FILTERS | COLUMN]: {part!r}")
+    file, selector = (s.strip() for s in parts[0].split(":", 1))
+    column = parts[1]
+    if not file:
+        if ctx.group is None:
+            raise PageError("a lookup without a file outside {{#each}}")
+        file, columns, rows = ctx.group.file, ctx.group.columns, ctx.group.rows
+    else:
+        columns, rows = _csv(ctx, file)
+    filters = _filters(selector)
+    rows = _select(rows, columns, filters, file)
+    if not rows:
+        raise PageError(f"no row of {file} matches {selector!r}")
+    if column not in columns and f"{column}_mean" in columns:
+        summary = _csv_lookup(ctx, file, selector, column, "n").summary
+        if len(rows) != 1 or summary is None:
+            raise PageError(f"{len(rows)} rows of {file} match {selector!r}; name one")
+        mean, _, n = summary
+        source, source_filters = _per_pair_source(file, filters, columns, rows[0])
+        if source is None or not (ctx.base / source).is_file():
+            return PairCell(None, n, False, None, file)
+        source_columns, source_rows = _csv(ctx, source)
+        name = column
+        if name not in source_columns and name.startswith("merged_"):
+            name = name[len("merged_") :]  # table1's merged_accuracy is results' accuracy at ½
+        selected = _select(source_rows, source_columns, source_filters, source)
+        values = _per_key(selected, source_columns, name, by, None, source)
+        finite = [v for v in values.values() if math.isfinite(v)]
+        if (
+            len(finite) != n
+            or n
+            and not math.isclose(sum(finite) / n, mean, rel_tol=1e-6, abs_tol=1e-9)
+        ):
+            raise PageError(
+                f"{source} ({', '.join(f'{k}{o}{v}' for k, o, v in source_filters)}) gives "
+                f"{len(finite)} values of {name} for {file}'s row of {n} pairs with mean {mean}"
+            )
+        return PairCell(values, n, True, _seed(ctx, source), source)
+    if column not in columns and not re.search(r"[-+*/()]", column):
+        raise PageError(f"{file} has no column {column!r}")
+    keys = [k for k in by if k in columns]
+    keyed = len(keys) == len(by)
+    if keyed:
+        values = _per_key(rows, columns, column, keys, agg, file)
+    elif agg is None:  # no pair column: every row is a value of its own, compared unpaired
+        values = {i: _row_value(r, column, columns, file) for i, r in enumerate(rows)}
+    else:
+        raise PageError(f"{file} has no pair column {', '.join(by)} to aggregate over (by=...)")
+    n = sum(1 for v in values.values() if math.isfinite(v))
+    return PairCell(values, n, keyed, _seed(ctx, file), file)
+
+
+def _options(options: list[str], threshold: bool = False) -> tuple[list[str], bool, Any, float]:
+    """A verdict's options: ``by=COL,COL`` (the pair key, default ``pair``), ``unpaired``,
+    ``%`` (values × 100: fractions read as percentages or percentage points) and, for a ratio,
+    a threshold."""
+    by, unpaired, limit, scale = ["pair"], False, None, 1.0
+    for option in options:
+        key, eq, value = option.partition("=")
+        if eq and key.strip() == "by":
+            by = [v.strip() for v in value.split(",") if v.strip()]
+        elif option == "unpaired":
+            unpaired = True
+        elif option == "%":
+            scale = 100.0
+        elif threshold and math.isfinite(_number(option)):
+            limit = _number(option)
+        else:
+            raise PageError(f"unknown option {option!r} (by=COL,COL; unpaired; %; a threshold)")
+    return by, unpaired, limit, scale
+
+
+def _two(body: str, word: str) -> list[str]:
     parts = _brackets(body)
-    if len(parts) != 2 or not re.fullmatch(r"\s*\[.*\]\s*vs\s*\[.*\]\s*", body, re.DOTALL):
-        raise PageError("a comparison is {{? [LOOKUP | ci] vs [LOOKUP | ci]}}")
-    bounds = []
-    for part in parts:
-        found, agg, _ = _lookup(ctx, _split(part))
-        if agg != "ci":
-            raise PageError("compare intervals: end each lookup with '| ci'")
-        mean, half, n = _interval(found)
-        if n < 2:
-            raise PageError("a comparison needs n >= 2 on both sides")
-        bounds.append((mean - half, mean + half))
-    (a0, a1), (b0, b1) = bounds
-    if a1 < b0 or b1 < a0:
-        return "apart, their 95 % intervals disjoint"
-    return "within noise"
+    pattern = rf"\s*\[.*\]\s*{re.escape(word)}\s*\[.*\]\s*"
+    if len(parts) != 2 or not re.fullmatch(pattern, body, re.DOTALL):
+        raise PageError(f"expected [LOOKUP] {word} [LOOKUP]: {body.strip()!r}")
+    return parts
+
+
+def _few(cells: list[PairCell]) -> str | None:
+    """``too few pairs`` where a cell has under 3 pairs; an error where a cell known only from a
+    summary row has enough pairs for a verdict but no per-pair values."""
+    n = min(c.n for c in cells)
+    if n < lstats.MIN_PAIRS:
+        return lstats.too_few(n)
+    for c in cells:
+        if c.values is None:
+            raise PageError(
+                f"{c.label}: a verdict needs per-pair values (no results.csv beside it)"
+            )
+    return None
+
+
+def _verdict(ctx: Context, body: str) -> str:
+    """``[A] vs [B] | OPTIONS``: :func:`lmc.stats.verdict` on B − A, paired over the pairs the
+    cells share (keys ``by=``, default ``pair``, from one seed), else Welch's."""
+    head, *options = _split(body)
+    by, unpaired, _, scale = _options(options)
+    first, second = (_pair_cell(ctx, part, by) for part in _two(head, "vs"))
+    few = _few([first, second])
+    if few:
+        return few
+    paired = not unpaired and first.keyed and second.keyed and first.seed == second.seed
+    a = {k: v * scale for k, v in first.values.items()}
+    b = {k: v * scale for k, v in second.values.items()}
+    if paired:
+        return lstats.verdict(lstats.compare(a, b))
+    return lstats.verdict(lstats.compare(list(a.values()), list(b.values())))
+
+
+def _ratio(ctx: Context, body: str) -> str:
+    """``[NUM] / [DEN] | THRESHOLD | OPTIONS``: per-pair ratios, :func:`lmc.stats.ratio_verdict`
+    against THRESHOLD (the ratios' cell without one)."""
+    head, *options = _split(body)
+    by, _, limit, _ = _options(options, threshold=True)
+    num, den = (_pair_cell(ctx, part, by) for part in _two(head, "/"))
+    few = _few([num, den])
+    if few:
+        return few
+    if not (num.keyed and den.keyed and num.seed == den.seed):
+        raise PageError("a ratio is taken per pair: both lookups need the pair columns (by=...)")
+    r = lstats.ratios(num.values, den.values, limit)
+    if r.n < lstats.MIN_PAIRS:
+        return lstats.too_few(r.n)
+    return lstats.ratio_verdict(r) if limit is not None else lstats.cell_text(r.cell)
+
+
+def _enough(ctx: Context, body: str) -> str:
+    """``[LOOKUP] | TEXT | OPTIONS``: TEXT where the cell has at least 3 pairs, else
+    ``too few pairs (n = 2 < 3): no verdict``."""
+    head, *rest = _split(body)
+    if not rest:
+        raise PageError("{{n? [LOOKUP] | TEXT}}")
+    text, options = rest[0], rest[1:]
+    by, _, _, _ = _options(options)
+    parts = _brackets(head)
+    if len(parts) != 1:
+        raise PageError("{{n? [LOOKUP] | TEXT}}")
+    n = _pair_cell(ctx, parts[0], by).n
+    return text if n >= lstats.MIN_PAIRS else lstats.too_few(n)
+
+
+def _runtime(ctx: Context, body: str) -> str:
+    """``FOLDER``: the wall time its ``study.json`` files recorded (summed over variants)."""
+    folder = (ctx.base / body.strip()).resolve()
+    if not folder.is_relative_to(ctx.root.resolve()) or not folder.is_dir():
+        raise PageError(f"no study folder {body.strip()!r}")
+    records = _records(folder)
+    if not records:
+        return "run time not recorded"
+    total, run, jobs, cpus = 0.0, 0, 0, set()
+    for _, record in records:
+        wall = record.get("wall_seconds_all") or record.get("wall_seconds")
+        if not isinstance(wall, (int, float)):
+            return "run time not recorded"
+        total += wall
+        run += int((record.get("jobs") or {}).get("run", 0))
+        jobs += int((record.get("jobs") or {}).get("total", 0))
+        cpus.add((record.get("environment") or {}).get("cpu_count"))
+    where = f" on {cpus.pop()} cores" if len(cpus) == 1 and None not in cpus else ""
+    if jobs == 1 and run == 1:
+        done = "its one job run"
+    elif run == jobs:
+        done = f"all {jobs} jobs run"
+    elif run == 0:
+        done = f"none of its {jobs} jobs run, all reused"
+    else:
+        done = f"{run} of {jobs} jobs run, the rest reused"
+    return f"{_minutes(total)} recorded{where} ({done})"
 
 
 def render_placeholder(ctx: Context, body: str) -> str:
@@ -547,6 +833,12 @@ def render_placeholder(ctx: Context, body: str) -> str:
         return _expression(ctx, body[1:])
     if body.startswith("?"):
         return _verdict(ctx, body[1:])
+    if body.startswith("ratio "):
+        return _ratio(ctx, body[len("ratio ") :])
+    if body.startswith("n? "):
+        return _enough(ctx, body[len("n? ") :])
+    if body.startswith("runtime "):
+        return _runtime(ctx, body[len("runtime ") :])
     found, agg, form = _lookup(ctx, _split(body))
     return _render_found(found, agg, form)
 
@@ -740,9 +1032,13 @@ def run_section(folder: Path) -> str:
         "**How numbers are reported.** A mean over pairs is written m ± h: h is the half-width "
         "of its 95 % t-interval over the n independent pairs, t₀.₉₇₅,ₙ₋₁ · s / √n with s the "
         "sample standard deviation (ddof = 1); with n = 1 there is no interval, written "
-        "m (n = 1). Two means whose intervals overlap are within noise, and no trend is read "
-        "from fewer than 3 pairs. Accuracies are percentages, accuracy barriers percentage "
-        "points, losses and loss barriers nats. Every number on this page is filled in from "
+        "m (n = 1). Two cells are compared by the interval of their difference, paired over "
+        "the pairs they share (the same seeds) and by Welch's interval otherwise, never by "
+        "whether their own intervals overlap; a difference is named only where that interval "
+        "excludes 0, and a cell of fewer than 3 pairs gets no verdict "
+        "([docs/science.md](../../science.md#statistics-and-verdicts)). Accuracies are "
+        "percentages, accuracy barriers percentage points, losses and loss barriers nats. "
+        '"A against B" is the difference A − B. Every number on this page is filled in from '
         "the committed files by `scripts/results_pages.py` from [`page.md.in`](page.md.in).",
     ]
     return "\n".join(lines)

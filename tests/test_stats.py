@@ -171,6 +171,16 @@ def test_number_format():
     assert stats.fmt_estimate(0.1234) == "0.123"
     assert stats.fmt_estimate(-12.345) == "−12.3"
     assert stats.fmt_estimate(-0.0004, 0.02, signed=True) == "0.000 ± 0.020"  # rounds to zero
+    # below 1e-4 the same digits in scientific notation, not a row of zeros
+    assert stats.fmt_estimate(-4e-11, 1.3e-10, signed=True) == "−4e−11 ± 1.3e−10"
+    assert stats.fmt_estimate(4.2e-11, 1.3e-10, signed=True) == "+4e−11 ± 1.3e−10"
+    assert stats.fmt_estimate(1.23e-4, 5.67e-5) == "0.000123 ± 5.7e−5"
+    assert stats.fmt_estimate(0.5, 1e-6) == "0.5000000 ± 1.0e−6"  # only numbers below 1e-4
+    assert stats.fmt_estimate(3e-13, 1.3e-10, signed=True) == "0 ± 1.3e−10"  # rounds to zero
+    assert stats.fmt_estimate(-5.004e-7) == "−5.00e−7"
+    assert stats.fmt_estimate(0.00012345) == "0.000123"  # 1e-4 and up: fixed
+    tiny = stats.compare({0: 1.0, 1: 2.0, 2: 3.0}, {0: 1.0 + 1e-11, 1: 2.0 - 3e-11, 2: 3.0 + 5e-11})
+    assert "0.0000000" not in stats.verdict(tiny) and "e−1" in stats.verdict(tiny)
     assert stats.fmt_p(0.0034567) == "p = 0.0035"
     assert stats.fmt_p(0.5) == "p = 0.50"
     assert stats.fmt_p(0.03) == "p = 0.030"

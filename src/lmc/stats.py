@@ -33,8 +33,10 @@ Conventions:
   max(|low|, |high|). Never "no effect".
 - **Numbers** (:func:`fmt_estimate`): an interval's half-width is shown to 2 significant digits
   and its mean to the same decimal place; a value without an interval (or with h = 0) to 3
-  significant digits; negative numbers take the minus sign "−" (U+2212) and differences an
-  explicit "+" when positive; p-values to 2 significant digits, below 0.001 as "p < 0.001".
+  significant digits; below 1e-4 (a last digit past the 5th decimal) the same digits in
+  scientific notation (``−4e−11 ± 1.3e−10``); negative numbers take the minus sign "−" (U+2212)
+  and differences an explicit "+" when positive; p-values to 2 significant digits, below 0.001
+  as "p < 0.001".
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from lmc.config import LmcError
 __all__ = [
     "CONFIDENCE",
     "MIN_PAIRS",
+    "SCIENTIFIC_BELOW",
     "Cell",
     "Comparison",
     "Ratio",
@@ -337,17 +340,49 @@ def ratios(
 
 # ---- numbers ----------------------------------------------------------------------------------
 def _decimals_for(value: float, significant: int) -> int:
-    """Decimal places that show ``value`` to ``significant`` significant digits (0 to 15)."""
+    """Decimal places that show ``value`` to ``significant`` significant digits (at least 0)."""
     if value == 0 or not math.isfinite(value):
         return significant - 1
-    return min(15, max(0, significant - 1 - math.floor(math.log10(abs(value)))))
+    return max(0, significant - 1 - math.floor(math.log10(abs(value))))
+
+
+#: Below this, a half-width (or a value without an interval) is written in scientific notation.
+SCIENTIFIC_BELOW = 1e-4
+
+
+def _exponent(text: str) -> str:
+    """``e−11`` for an exponent of −11 ("−" U+2212; no "+" or leading zeros)."""
+    value = int(text)
+    return "e" + (MINUS if value < 0 else "") + str(abs(value))
+
+
+def _scientific(value: float, place: int, signed: bool) -> str:
+    """``value`` rounded to the digit 10**place and written as ``m e x`` with just the digits down
+    to that place (``−4e−11``, ``1.3e−10``); ``0`` when it rounds to zero."""
+    rounded = round(value, -place)
+    if rounded == 0.0:
+        return "0"
+    exponent = math.floor(math.log10(abs(rounded)))
+    mantissa = f"{abs(rounded) / 10.0**exponent:.{max(0, exponent - place)}f}"
+    if float(mantissa) >= 10.0:  # 9.96e−5 at 2 digits
+        exponent += 1
+        mantissa = f"{abs(rounded) / 10.0**exponent:.{max(0, exponent - place)}f}"
+    text = mantissa + _exponent(str(exponent))
+    if value < 0:
+        return MINUS + text
+    return "+" + text if signed else text
 
 
 def fmt_number(value: float, decimals: int, signed: bool = False) -> str:
     """``value`` with ``decimals`` places, "−" (U+2212) for negatives, "+" when ``signed`` and
-    positive; "nan" when not finite. A value that rounds to zero prints without a sign."""
+    positive; "nan" when not finite. A value that rounds to zero prints without a sign. A value
+    below :data:`SCIENTIFIC_BELOW` shown past 5 decimals (a last digit below 1e-5) is written in
+    scientific notation with the same digits: ``fmt_number(-4e-11, 11)`` is ``−4e−11``, and one
+    that rounds to zero there is ``0``."""
     if not math.isfinite(value):
         return "nan"
+    if decimals > 5 and abs(value) < SCIENTIFIC_BELOW:
+        return _scientific(value, -decimals, signed)
     text = f"{abs(value):.{decimals}f}"
     if float(text) == 0.0:
         return text
@@ -359,7 +394,10 @@ def fmt_number(value: float, decimals: int, signed: bool = False) -> str:
 def fmt_estimate(mean: float, half: float = math.nan, signed: bool = False) -> str:
     """``mean ± h``: h to 2 significant digits and the mean to the same decimal place; without
     an interval (h NaN or 0) the mean alone to 3 significant digits (and ``± 0`` when h = 0).
-    ``signed`` puts "+" before a positive mean (differences)."""
+    ``signed`` puts "+" before a positive mean (differences). Where that last digit lies below
+    1e-5 (h below :data:`SCIENTIFIC_BELOW`, or such a value without an interval), each number
+    below :data:`SCIENTIFIC_BELOW` is written in scientific notation with the same digits:
+    ``−4e−11 ± 1.3e−10``, ``0.5000000 ± 1.0e−6``."""
     if math.isfinite(half) and half > 0:
         decimals = _decimals_for(half, 2)
         return f"{fmt_number(mean, decimals, signed)} ± {fmt_number(half, decimals)}"

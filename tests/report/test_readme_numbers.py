@@ -64,9 +64,14 @@ def test_a_changed_committed_value_makes_its_page_stale(pages, tmp_path):
     table = root / "docs/results/lewc-fmnist-vgg11/table1.csv"
     lines = table.read_text().split("\n")
     cells = lines[1].split(",")
-    cells[6] = str(float(cells[6]) + 0.01)  # merged_accuracy_mean of the first row
+    cells[4] = str(float(cells[4]) + 0.01)  # endpoint_accuracy_mean of the first row
     table.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]))
     assert root / "docs/results/lewc-fmnist-vgg11/README.md" in pages.stale(root)
+    # a summary value a verdict reads must agree with the per-pair results.csv beside it
+    cells[6] = str(float(cells[6]) + 0.01)  # merged_accuracy_mean
+    table.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]))
+    with pytest.raises(pages.PageError, match="gives 2 values of accuracy"):
+        pages.stale(root)
 
 
 def test_intervals_verdicts_and_formats(pages, tmp_path):
@@ -88,7 +93,12 @@ def test_intervals_verdicts_and_formats(pages, tmp_path):
     assert render("pairs.csv: w=1 | x | range %.0f") == "50–90"
     assert render("pairs.csv: w=2 | x | .2f") == "0.10"
     assert render("= [pairs.csv: w=2 | x] - [pairs.csv: w=1 | x | max] | .1f") == "−0.8"
-    assert render("? [pairs.csv: w=1 | x | ci] vs [t.csv: w=1 | x | ci]") == "within noise"
+    # a verdict is lmc.stats': never "within noise" from overlapping intervals
+    assert render("? [pairs.csv: w=2 | x] vs [pairs.csv: w=1 | x]") == (
+        "too few pairs (n = 1 < 3): no verdict"
+    )
+    with pytest.raises(pages.PageError, match="per-pair values"):
+        render("? [pairs.csv: w=1 | x | ci] vs [t.csv: w=1 | x | ci]")  # 3 pairs, summary only
     assert render("pairs.csv: w>=1, pair!=0 | 1 - x | list .1f") == "0.3, 0.1"
     with pytest.raises(pages.PageError, match="rows"):
         render("pairs.csv: w=1 | x | .2f")  # three rows and no aggregation
