@@ -34,11 +34,11 @@ def _pair():
 
 def test_builtin_methods_are_records_in_their_old_order():
     assert method_names() == (
-        "none", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
+        "none", "canonical", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
         "orthogonal-activation",
     )  # fmt: skip
     assert METHODS == (
-        "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
+        "canonical", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
         "orthogonal-activation", "none",
     )  # fmt: skip
     assert SETTINGS["weight"] == {

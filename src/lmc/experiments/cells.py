@@ -22,6 +22,7 @@ REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")
 # Canonical order of merge methods in figures and tables; unknown methods follow, sorted.
 METHOD_ORDER = (
     "none",
+    "canonical",
     "weight",
     "onepass",
     "activation",

@@ -8,10 +8,18 @@ Two alignments (``merge_many(align=...)``):
   round, every model in a seeded random order is aligned to the mean of the others (as they
   are permuted at that moment), until a whole round changes no permutation or
   ``max_rounds`` rounds have run; the merge is the mean of the permuted models.
+
+Beyond permutations (:func:`merge_many_canonical`): pre-LN transformers merged in their
+canonical form (:func:`lmc.perm.canonicalize`: LayerNorms folded) after an alignment method that
+works there (``orthogonal``, ``orthogonal-activation``, ``learned``, or ``canonical``, the
+control: no alignment), every model aligned to a reference by :func:`lmc.perm.align`; the merge
+is a canonical-form model (:func:`canonical_model` rebuilds one from its architecture).
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,8 +115,12 @@ def merge_many(
     if not 0 <= reference < len(items):
         raise LmcError(f"reference index {reference} is out of range for {len(items)} models")
     if align not in ALIGN_CHOICES:
+        hint = ""
+        if isinstance(align, str) and align in canonical_methods():
+            hint = f" ({align!r} merges canonical forms: use merge_many_canonical)"
         raise LmcError(
-            f"unknown alignment {align!r} for merge_many: use None, 'weight' or 'weight-iterative'"
+            f"unknown alignment {align!r} for merge_many: use None, 'weight' or "
+            f"'weight-iterative'{hint}"
         )
     states = [_state_of(obj) for obj in items]
     if weights is not None and len(weights) != len(states):
@@ -241,3 +253,213 @@ def merge_many_iterative(
     order = [first] + [i for i in range(n) if i != first]
     merged = average([current[i] for i in order], [w[i] for i in order])
     return IterativeMerge(merged, perms, rounds, changes, converged)
+
+
+# ---------------------------------------------------------------------------------------------
+# beyond permutations: merging canonical forms
+
+
+def canonical_methods() -> tuple[str, ...]:
+    """The registered alignment methods that align canonical forms
+    (``AlignmentMethod.canonical``: ``canonical``, ``orthogonal``, ``learned``,
+    ``orthogonal-activation`` and any plug-in marked so), in registry order."""
+    from lmc.perm.methods import all_methods
+
+    return tuple(m.name for m in all_methods() if m.canonical)
+
+
+@dataclass(frozen=True)
+class CanonicalMerge:
+    """What :func:`merge_many_canonical` returns.
+
+    ``state``: the merged state dict, in the canonical architecture; ``model``: the merged
+    model (a copy of the reference's canonical form holding ``state``, in eval mode);
+    ``alignments[i]``: the :class:`~lmc.perm.Alignment` applied to model ``i``'s canonical form
+    (the identity for the reference of an anchored merge); ``infos[i]``: the ``info`` of
+    :func:`lmc.perm.align` for model ``i``'s last alignment (``None`` for the unaligned
+    reference); ``rounds``: re-alignment rounds run after the anchored one; ``shifts[r]``: after
+    round ``r``, the largest relative change ‖θ_i,new − θ_i,old‖ / ‖θ_i,old‖ of a model's
+    aligned weights (how far the round moved them).
+    """
+
+    state: StateDict
+    model: nn.Module
+    alignments: list[Any]
+    infos: list[dict[str, Any] | None]
+    rounds: int
+    shifts: list[float]
+
+
+def _norm(state: Mapping[str, torch.Tensor]) -> float:
+    return math.sqrt(
+        sum(float(v.double().pow(2).sum()) for v in state.values() if v.is_floating_point())
+    )
+
+
+def _distance(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
+    return math.sqrt(
+        sum(
+            float((a[k].double() - b[k].double()).pow(2).sum())
+            for k in a
+            if a[k].is_floating_point()
+        )
+    )
+
+
+def merge_many_canonical(
+    models: Sequence[nn.Module],
+    method: str = "orthogonal",
+    *,
+    inputs: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    task: Any = "classification",
+    reference: int = 0,
+    weights: Sequence[float] | None = None,
+    seed: int = 0,
+    rounds: int = 0,
+    quiet: bool = True,
+    **settings: Any,
+) -> CanonicalMerge:
+    """Merge N pre-LN transformers of one architecture beyond permutations.
+
+    Every model is put in its canonical form (:func:`lmc.perm.canonicalize`: the same
+    function, LayerNorms folded into their readers, the stream centred), then each model other
+    than ``reference`` is aligned onto the reference's canonical form by
+    ``lmc.perm.align(method, reference, model_i, ...)`` (anchored, as ``merge_many(align=
+    "weight")`` is for permutations); with ``rounds`` > 0, that many rounds follow in which
+    every model, in an order drawn with ``torch.randperm`` from
+    ``torch.Generator().manual_seed(seed)`` (a new order each round), is aligned afresh from
+    its own canonical form onto the (``weights``-weighted) mean of the others as they are
+    aligned at that moment (merge-many's scheme, Git Re-Basin App. A.10, with a fixed number of
+    rounds: the maps are continuous, so no round repeats the last exactly). The merge is the
+    weighted mean of the aligned canonical models, with the reference's integer buffers and
+    dtypes: **a canonical-form model** (parameter-free RMSNorms on the stream, untied head),
+    the architecture of :func:`canonical_model`.
+
+    Args:
+        models: ``nn.Module`` objects (pre-LN transformers :func:`lmc.perm.canonicalize`
+            supports; already canonical ones are used as they are). None is modified.
+        method: a registered method marked ``canonical`` (:func:`canonical_methods`):
+            ``orthogonal`` (data-free), ``orthogonal-activation`` (reads ``inputs``),
+            ``learned`` (reads ``inputs`` and ``labels``), or ``canonical`` (no alignment: the
+            control, the plain average of the canonical forms).
+        inputs, labels, task: training examples for the methods that read data (their first
+            two rows are the example input for tracing in every case), their targets and task
+            (:mod:`lmc.data.tasks`), as :func:`lmc.perm.align` takes them.
+        reference: index of the model the others are aligned to (its canonical form is kept).
+        weights: averaging weights (default equal), see :func:`lmc.merge.average`.
+        seed: the alignments' seed, and the rounds' order.
+        rounds: re-alignment rounds after the anchored one (0: anchored only).
+        settings: the method's settings (:mod:`lmc.perm.methods`), e.g. ``max_iter``,
+            ``steps``.
+    """
+    from lmc.config import check_int
+    from lmc.perm import Alignment, align, canonicalize, spec_from_model
+    from lmc.perm.canonical import is_canonical
+    from lmc.perm.methods import get_method
+
+    record = get_method(method)
+    if not record.canonical:
+        raise LmcError(
+            f"merge_many_canonical merges canonical forms: method {method!r} does not align "
+            f"them; choose one of {', '.join(canonical_methods())} (or merge_many for "
+            "permutations)"
+        )
+    record.resolve(settings)  # the settings checked before any work
+    items = list(models)
+    if not items:
+        raise LmcError("merge_many_canonical needs at least one model")
+    if not all(isinstance(m, nn.Module) for m in items):
+        raise LmcError("merge_many_canonical takes nn.Module objects (it rewrites their layers)")
+    n = len(items)
+    if not 0 <= reference < n:
+        raise LmcError(f"reference index {reference} is out of range for {n} models")
+    rounds = check_int("rounds", rounds, minimum=0)
+    w = [1.0] * n if weights is None else [float(v) for v in weights]
+    if len(w) != n:
+        raise LmcError(f"merge_many_canonical got {n} models but {len(w)} weights")
+    for i in range(n):
+        if i != reference:
+            check_same_architecture(
+                items[reference], items[i], names=(f"model {reference}", f"model {i}"),
+                purpose="merging",
+            )  # fmt: skip
+    if not isinstance(inputs, torch.Tensor) or inputs.shape[0] < 1:
+        raise LmcError("merge_many_canonical needs a non-empty tensor of inputs")
+    canonical = [m if is_canonical(m) else canonicalize(m) for m in items]
+    ref = canonical[reference]
+    device = next(ref.parameters()).device
+    spec = spec_from_model(ref, inputs[:2].to(device))  # one trace for every alignment
+
+    def aligned_onto(target: nn.Module, i: int):
+        return align(
+            method, target, canonical[i], inputs=inputs, labels=labels, seed=seed, quiet=quiet,
+            spec=spec, task=task, **settings,
+        )  # fmt: skip
+
+    states: list[StateDict] = [dict(m.state_dict()) for m in canonical]
+    alignments: list[Any] = [Alignment.identity(spec) for _ in range(n)]
+    infos: list[dict[str, Any] | None] = [None] * n
+    for i in range(n):
+        if i != reference:
+            result = aligned_onto(ref, i)
+            states[i], alignments[i], infos[i] = result.state_dict, result.alignment, result.info
+    shifts: list[float] = []
+    gen = torch.Generator().manual_seed(int(seed))
+    target = copy.deepcopy(ref)
+    for _ in range(rounds if n > 1 else 0):
+        shift = 0.0
+        for i in torch.randperm(n, generator=gen).tolist():
+            others = [j for j in range(n) if j != i]
+            if sum(w[j] for j in others) <= 0:
+                continue  # nothing to align to: the others all have weight 0
+            target.load_state_dict(average([states[j] for j in others], [w[j] for j in others]))
+            result = aligned_onto(target, i)
+            shift = max(
+                shift, _distance(result.state_dict, states[i]) / max(_norm(states[i]), 1e-30)
+            )
+            states[i], alignments[i], infos[i] = result.state_dict, result.alignment, result.info
+        shifts.append(shift)
+    order = [reference] + [i for i in range(n) if i != reference]
+    merged = average([states[i] for i in order], [w[i] for i in order])
+    model = copy.deepcopy(ref).eval()
+    model.load_state_dict(merged)
+    return CanonicalMerge(merged, model, alignments, infos, len(shifts), shifts)
+
+
+def canonical_model(
+    architecture: nn.Module, state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
+    """A model of ``architecture``'s canonical form (:func:`lmc.perm.canonical_skeleton`: a
+    copy whose stream norms are parameter-free RMSNorms, head untied), holding ``state`` when
+    given (a merge of :func:`merge_many_canonical`, a canonical-form run's weights), in eval
+    mode. ``architecture`` itself (any weights) is not changed."""
+    from lmc.perm import canonical_skeleton
+
+    model = canonical_skeleton(architecture)
+    if state is not None:
+        try:
+            model.load_state_dict(dict(state), strict=True)
+        except RuntimeError as exc:
+            first = str(exc).splitlines()[0]
+            raise LmcError(f"the weights do not fit the canonical form: {first}") from exc
+    return model.eval()
+
+
+#: The config key (and value) that marks a stored run whose weights are in the canonical form
+#: (``lmc merge --align orthogonal|learned|...``): its architecture is
+#: :func:`canonical_model` of the config's model.
+FORM_KEY, CANONICAL_FORM = "form", "canonical"
+
+
+def build_run_model(run: Any, device: str | torch.device = "cpu") -> nn.Module:
+    """The model of a stored run (a :class:`lmc.store.Run`) with its weights, in eval mode on
+    ``device``: ``run.build_model`` for an ordinary run; for a canonical-form run (config
+    ``"form": "canonical"``, as ``lmc merge`` writes beyond permutations) the canonical form of
+    the config's architecture (:func:`canonical_model`) holding the stored weights."""
+    if run.config.get(FORM_KEY) != CANONICAL_FORM:
+        return run.build_model(device)
+    from lmc.models import build
+
+    architecture = build(run.config["model"], **run.config["model_options"])
+    return canonical_model(architecture, run.state_dict(device="cpu")).to(device)

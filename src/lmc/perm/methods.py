@@ -23,7 +23,11 @@ Adding a method is one module holding its function and one call::
 
 A function returns a :class:`MethodOutput`: an :class:`~lmc.perm.alignment_map.Alignment` (or a
 permutation dict, group -> index tensor, new unit i = old unit p[i]) that maps B onto A, and
-method-specific extras for the record. ``none`` (the identity) is a method like the others.
+method-specific extras for the record. ``none`` (the identity) is a method like the others;
+so is ``canonical``, the identity between the pair's canonical forms (a method marked
+``canonical``): the control of the methods that measure the pair there (``orthogonal``,
+``orthogonal-activation``, ``learned``), which tells their alignment's effect from the
+reparametrisation's (:func:`canonical_control_note` says when a study lists one without it).
 
 Identities (what a result's id is hashed from): a setting enters the config of an aligned run
 (``lmc align``) with its value, unless ``legacy`` is set and the value equals it; it enters a
@@ -33,7 +37,7 @@ default), so studies that never named it keep their job ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -285,6 +289,30 @@ def study_keys() -> dict[str, tuple[AlignmentMethod, MethodSetting]]:
     return {m.study_key(s): (m, s) for m in all_methods() for s in m.settings}
 
 
+#: The method that is the control of the canonical methods (``AlignmentMethod.canonical``).
+CANONICAL_CONTROL = "canonical"
+
+
+def canonical_control_note(methods: Sequence[str], *, widened: bool = False) -> str | None:
+    """A one-line note when ``methods`` (a study's ``[merge] methods``) lists a method that
+    measures the pair between canonical forms but not their control, :data:`CANONICAL_CONTROL`;
+    ``None`` otherwise. Names that are not registered methods (controls such as
+    ``random-direction``) are passed over. ``widened``: the pairs are merged across widths
+    (``width_ratio`` above 1), where every method, ``none`` included, is measured between
+    canonical forms, so ``none`` is the control there and no note is due."""
+    canonical = [
+        m for m in methods if m in _REGISTRY and m != CANONICAL_CONTROL and _REGISTRY[m].canonical
+    ]
+    if widened or not canonical or CANONICAL_CONTROL in methods:
+        return None
+    return (
+        f"note: {', '.join(canonical)} measure the pair between the canonical forms but the "
+        f"study does not list {CANONICAL_CONTROL!r}, their control (the canonical forms "
+        "interpolated without alignment): add it to [merge] methods to tell the alignment's "
+        "effect from the reparametrisation's"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # the built-in methods: thin adapters over the matching functions
 
@@ -427,6 +455,11 @@ def _none(job: AlignJob) -> MethodOutput:
     return MethodOutput(Alignment.identity(job.spec))
 
 
+def _canonical(job: AlignJob) -> MethodOutput:
+    """The canonical control: the identity, in the canonical coordinates the job holds."""
+    return MethodOutput(Alignment.identity(job.spec))
+
+
 def _weight_settings() -> tuple[MethodSetting, ...]:
     from .lap import SOLVERS
     from .weight_match import INITS
@@ -505,6 +538,16 @@ def _activation_settings(
 def _register_builtins() -> None:
 
     register_method(AlignmentMethod("none", _none, "no alignment: B as it is (the identity)"))
+    register_method(
+        AlignmentMethod(
+            CANONICAL_CONTROL,
+            _canonical,
+            "the control of orthogonal, orthogonal-activation and learned: both models in the "
+            "canonical form (pre-LN transformers: LayerNorms folded), B as it is there (the "
+            "identity), so the path is measured where theirs is",
+            canonical=True,
+        )
+    )
     register_method(
         AlignmentMethod(
             "weight",
@@ -652,10 +695,12 @@ _register_builtins()
 __all__ = [
     "NO_LEGACY",
     "AlignJob",
+    "CANONICAL_CONTROL",
     "AlignmentMethod",
     "MethodOutput",
     "MethodSetting",
     "all_methods",
+    "canonical_control_note",
     "get_method",
     "method_names",
     "register_method",

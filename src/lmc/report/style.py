@@ -33,6 +33,7 @@ from lmc.metrics.figures import (  # noqa: F401  (the shared look, re-exported f
 # method -> (colour, marker, label); Okabe–Ito palette.
 METHOD_STYLE = {
     "none": ("#0072B2", "o", "no permutation"),
+    "canonical": ("#332288", "o", "canonical form, no alignment"),
     "weight": ("#D55E00", "s", "weight matching"),
     "activation": ("#009E73", "^", "activation matching"),
     "ste": ("#CC79A7", "D", "straight-through estimator"),
