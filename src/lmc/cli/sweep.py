@@ -15,9 +15,11 @@ files (docs/studies.md).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from lmc.experiments import RunOptions, list_recipes, load_study, make_executor, run_study
+from lmc.perm.methods import canonical_control_note
 from lmc.train.runs import DEFAULT_THREADS
 
 from .common import add_data_options, add_device_option, add_runs_dir_option, emit_json
@@ -128,7 +130,22 @@ def finish(record: dict, out: Path, args: argparse.Namespace) -> int:
     return 0
 
 
+def _control_notes(study: dict) -> list[str]:
+    """A note per study (or variant) that lists a canonical method without its control."""
+    notes = []
+    for sub in [v["study"] for v in study.get("variants", [])] or [study]:
+        merge, sweep = sub.get("merge") or {}, sub.get("sweep") or {}
+        widened = sweep.get("width_ratio", 1) != 1
+        note = canonical_control_note(merge.get("methods", []), widened=widened)
+        if note and note not in notes:
+            notes.append(note)
+    return notes
+
+
 def run(args: argparse.Namespace) -> int:
     study, text = load_study(args.study)
+    if not args.quiet:
+        for note in _control_notes(study):
+            print(note, file=sys.stderr)
     out = Path(args.out or Path("results") / study["name"])
     return finish(execute(study, text, out, args), out, args)
