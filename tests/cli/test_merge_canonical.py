@@ -208,3 +208,14 @@ def test_a_canonical_merge_of_a_non_transformer_is_refused(tmp_path, capsys, dig
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "canonical" in err, err
     assert sorted(p.name for p in store.root.iterdir()) == before
+
+
+def test_a_canonical_merged_run_is_evaluated_by_interpolate(gpt_runs, capsys, tmp_path):
+    store, runs = gpt_runs
+    reply = _merge(capsys, store, runs[:2], "--align", "orthogonal")
+    merged = reply["run_dir"]
+    base = ["interpolate", merged, merged, "--lambdas", "3", "--no-calibrate"]
+    summary = _summary(capsys, base, tmp_path / "self")
+    # a model against itself: every point of the path is the merged model, at its own loss
+    assert summary["loss"][1] == pytest.approx(reply["merged"]["test_loss"], rel=1e-5)
+    assert summary["loss"][0] == pytest.approx(summary["loss"][2], rel=1e-6)

@@ -385,6 +385,7 @@ ALTERNATIVES = {
     ("sweep", "weight_decays"): lambda v: [*v, 1e-4],
     ("sweep", "seed"): lambda v: v + 10,  # + 1 would give pair 0's A the old B's seeds
     ("merge", "methods"): lambda v: [*v, "random"],
+    ("merge", "paths"): lambda v: [*v, "bezier"],
     ("train", "precision"): lambda v: "bf16" if v != "bf16" else "fp32",
     ("merge", "activation_max_examples"): lambda v: 16,
     ("merge", "orthogonal_activation_max_examples"): lambda v: 16,

@@ -152,12 +152,14 @@ def load_pair(args: argparse.Namespace, verb: str):
     """``(run_a, run_b, model_a, model_b, data)`` for the verbs that take RUN_A RUN_B: both runs
     resolved, their datasets and architectures checked, the models built on ``--device`` and
     the dataset loaded there."""
+    from lmc.merge.many import build_run_model
     from lmc.models import check_same_architecture
 
     run_a, run_b = resolve_run(args.run_a, args.runs_dir), resolve_run(args.run_b, args.runs_dir)
     check_same_data(run_a, run_b, verb)
     device = device_from(args)
-    model_a, model_b = run_a.build_model(device), run_b.build_model(device)
+    # a canonical-form run (lmc merge beyond permutations) loads into its canonical skeleton
+    model_a, model_b = build_run_model(run_a, device), build_run_model(run_b, device)
     if not getattr(args, "widen", False):  # --widen: widths may differ (lmc.perm.widen)
         check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
     data = dataset_for_config(run_a, args, device)

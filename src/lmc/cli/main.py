@@ -14,6 +14,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "train": ("train", "train one model into the run store"),
     "align": ("align", "permute model B to match model A (weight/activation matching, STE)"),
     "interpolate": ("interpolate", "evaluate the linear path between two runs; barriers"),
+    "curve": ("curve", "fit a Bézier curve or chain between two runs; the line beside it"),
     "merge": ("merge", "merge N runs into one (Git Re-Basin merge-many, App. A.10)"),
     "analyze": ("analyze", "layerwise analysis: LEWC, LLFC, weak additivity, orthogonality"),
     "sweep": ("sweep", "run an experiment described by a TOML file"),

@@ -16,7 +16,9 @@ import numpy as np
 from lmc.config import LmcError, read_regular_text
 
 # Columns kept as text; every other column is parsed as a number.
-TEXT_COLUMNS = frozenset({"dataset", "model", "method", "split", "bn", "name", "kind", "variant"})
+TEXT_COLUMNS = frozenset(
+    {"dataset", "model", "method", "path", "split", "bn", "name", "kind", "variant"}
+)
 INT_COLUMNS = frozenset({"pair", "layer", "pairs"})
 REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")
 # Canonical order of merge methods in figures and tables; unknown methods follow, sorted.

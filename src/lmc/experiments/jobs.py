@@ -165,9 +165,33 @@ def _later_keys() -> dict[str, Any]:
     return {k: v for k, v in study_keys().items() if k not in ORIGINAL_MERGE_KEYS}
 
 
+def _curve_defaults() -> dict[str, Any]:
+    from lmc.merge import CurveSettings
+    from lmc.metrics.plane import DEFAULT_PLANE_POINTS
+
+    s = CurveSettings()
+    return {
+        "paths": ["line"],
+        "curve_epochs": s.epochs,
+        "curve_lr": s.lr,
+        "curve_batch_size": s.batch_size,
+        "curve_seed": s.seed,
+        "curve_plane": DEFAULT_PLANE_POINTS,
+    }
+
+
+#: The ``[merge]`` keys of curves beside the line (issue 44) -> their defaults: ``paths``
+#: (the path kinds every merge job evaluates: ``line`` and any of ``bezier``, ``chain``) and
+#: how each curve's control point is trained (:class:`lmc.merge.CurveSettings`) and its plane
+#: drawn. Each enters a merge job's id only when it differs from its default, so studies
+#: written before curves keep their ids (:func:`merge_identity`).
+CURVE_KEYS: dict[str, Any] = _curve_defaults()
+
+
 def merge_identity(merge: dict[str, Any], method: str) -> dict[str, Any]:
     """The ``[merge]`` table as a merge job of ``method`` records it (and hashes it into its id):
-    see :data:`ORIGINAL_MERGE_KEYS`. ``methods`` (the list of the study's methods) is left
+    see :data:`ORIGINAL_MERGE_KEYS`; the curve keys (:data:`CURVE_KEYS`) only away from their
+    defaults. ``methods`` (the list of the study's methods) is left
     out, so adding a method to a study reuses the other methods' merges; a merge finished
     under the earlier id, which held it, is adopted (:func:`adopt_legacy`)."""
     later = _later_keys()
@@ -175,6 +199,8 @@ def merge_identity(merge: dict[str, Any], method: str) -> dict[str, Any]:
     for key, value in merge.items():
         if key == "methods":
             continue
+        if key in CURVE_KEYS and value == CURVE_KEYS[key]:
+            continue  # at its default (a study without curves): its id as before curves
         if key in later:
             owner, setting = later[key]
             if owner.name != method or not setting.affects_result or value == setting.baseline:
@@ -365,6 +391,9 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
     }
     if pair.stitch_errors is not None:
         result["stitch_errors"] = pair.stitch_errors
+    curves = _merge_curves(job, ctx, pair, run_a, run_b, model_a, data)
+    if curves:
+        result["curves"] = curves
     if pair.analysis is not None:
         result["layers"] = pair.analysis.records
         if job["method"] == "none":
@@ -377,3 +406,66 @@ def merge_job(job: dict, ctx: Context) -> dict[str, Any]:
                 for name, sides in pair.analysis.spectra.items()
             }
     return result
+
+
+def curve_settings(merge: dict[str, Any], kind: str):
+    """The :class:`lmc.merge.CurveSettings` of a merge job's curve of ``kind``: the
+    ``curve_*`` keys of its ``[merge]`` table (absent: their defaults, :data:`CURVE_KEYS`)."""
+    from lmc.merge import CurveSettings
+
+    def get(key: str) -> Any:
+        return merge.get(key, CURVE_KEYS[key])
+
+    return CurveSettings(
+        kind=kind,
+        epochs=get("curve_epochs"),
+        lr=get("curve_lr"),
+        batch_size=get("curve_batch_size"),
+        seed=get("curve_seed"),
+    )
+
+
+def curve_kinds(job: dict[str, Any]) -> list[str]:
+    """The curves (``paths`` other than ``line``) a merge job fits beside its line: none for
+    a control (:data:`CONTROLS`: its path is not A → B)."""
+    if job["method"] in CONTROLS:
+        return []
+    return [k for k in job["merge"].get("paths", CURVE_KEYS["paths"]) if k != "line"]
+
+
+def _merge_curves(job, ctx, pair, run_a, run_b, model_a, data) -> list[dict[str, Any]]:
+    """Each curve of :func:`curve_kinds` fitted between the pair's (aligned) endpoints and
+    evaluated like its line (:func:`lmc.pair.fit_pair_curve`); the control points are runs of
+    the study's run store (reused when finished). One record per curve (its path, barriers,
+    bend distance, fit history, plane)."""
+    from lmc.merge import endpoint_record
+    from lmc.pair.curve import fit_pair_curve, same_architecture
+
+    kinds = curve_kinds(job)
+    if not kinds:
+        return []
+    store = RunStore(ctx.runs_dir)
+    config = run_a.config
+    describe = same_architecture(
+        pair,
+        model_a,
+        {
+            "a": endpoint_record(run_a),
+            "b": endpoint_record(run_b),
+            "model": config.get("model"),
+            "model_options": config.get("model_options"),
+            "dataset": config.get("dataset"),
+            "dataset_options": config.get("dataset_options"),
+        },
+    )
+    plane = job["merge"].get("curve_plane", CURVE_KEYS["curve_plane"])
+    records = []
+    for kind in kinds:
+        curve = fit_pair_curve(
+            pair, data, curve_settings(job["merge"], kind), plane=plane or None, store=store,
+            describe=describe, quiet=ctx.quiet,
+        )  # fmt: skip
+        record = curve.record()
+        record["plane"] = curve.plane.to_dict() if curve.plane is not None else None
+        records.append(record)
+    return records

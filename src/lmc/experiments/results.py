@@ -2,11 +2,13 @@
 
 Files written into the study's output folder:
 - ``results.csv`` (and ``results.parquet`` when pyarrow is installed): one row per
-  (width, weight_decay, pair, method, lam) with the path metrics and, repeated on each row
+  (width, weight_decay, pair, method, path, lam) with the path metrics and, repeated on each row
   of a path, every barrier of :data:`lmc.metrics.BARRIER_KEYS` (docs/science.md names;
   accuracy as a fraction; the calibrated and held-out ones empty when calibration is off; a
   barrier missing from a job record written before it existed is computed from the recorded
-  path). Calibration:
+  path). ``path`` is the path's kind (:data:`lmc.metrics.barriers.PATH_KEY`): ``line``, or
+  a curve of ``[merge] paths`` (``bezier``, ``chain``; its rows' ``lam`` is t, and they add
+  ``bend_distance``); a results file without the column holds lines only. Calibration:
   ``calibration`` is the one used (``split`` or ``crossfit``; empty when off),
   ``calibration_folds`` its K (crossfit) and ``calibration_fraction`` its subset share (split);
   ``calibration_at_bound`` / ``ensemble_calibration_at_bound`` are 1 where that λ's
@@ -22,6 +24,9 @@ Files written into the study's output folder:
   and B's (aligned by ``method``) others, ``layers`` = L of the model, and the endpoints'
   errors ``error_a`` (layer = L) and ``error_b`` (layer = 0) repeated on each row
   (:func:`lmc.analysis.stitching_errors`, LLFC App. B.4);
+- ``planes.json`` (``[merge] paths`` with a curve, ``curve_plane`` > 0): per merge job and
+  curve, the loss landscape on the plane through A, B and the control point
+  (:func:`plane_records`);
 - ``table1.csv``: midpoint (lam = 1/2) summary per (width, weight_decay, method), mean and
   sample standard deviation over pairs, in the shape of the width paper's Table 1; undefined
   calibrations are left out of its means and counted (:func:`lmc.experiments.table.table1`).
@@ -35,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lmc.metrics import BARRIER_KEYS, barriers
+from lmc.metrics.barriers import PATH_KEY, path_kind_of
 from lmc.store import atomic_path, write_json
 
 from .table import TABLE1_COLUMNS, UNDEFINED_WITH, table1
@@ -51,6 +57,7 @@ RESULT_COLUMNS = [
     "dataset",
     "model",
     *KEY_COLUMNS,
+    PATH_KEY,
     "lam",
     "split",
     "bn",
@@ -115,19 +122,51 @@ def _barriers(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One results.csv row per lam of one merge job's path.
+    """One results.csv row per lam of one merge job's path, then per t of each of its curves
+    (``[merge] paths``; :func:`curve_rows`).
 
+    ``path`` is the path's kind: ``line`` for the line θ(λ) (also for a job recorded before
+    curves existed), ``bezier`` or ``chain`` for a curve (``lam`` is then its t).
     ``endpoint_train_loss`` is the mean of the two endpoints' final training loss (empty for
-    results written before it was recorded). Every row carries the path's barriers
+    results written before it was recorded). Every row carries its path's barriers
     (:func:`_barriers`).
 
     Where a λ's calibration is undefined (listed in the path's ``calibration_at_bound`` /
     ``ensemble_calibration_at_bound``) its flag is 1 and its inverse temperature and
     calibrated loss are empty, even if the path recorded the bound's value (results written
     before undefined values became NaN)."""
-    path, labels = result["path"], result["labels"]
+    rows = _rows(study, result, result["path"], _barriers(result))
+    for curve in result.get("curves") or []:
+        rows += curve_rows(study, result, curve)
+    return rows
+
+
+def curve_rows(
+    study: dict[str, Any], result: dict[str, Any], curve: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """results.csv rows of one curve of a merge job (its record in the job's ``curves``): as
+    the line's rows, with ``path`` the curve's kind, ``lam`` its t, its own barriers, and
+    ``bend_distance`` (‖θ_C − (θ_A + θ_B)/2‖ / ‖θ_A − θ_B‖) on each row."""
+    path = {**curve["path"], PATH_KEY: path_kind_of(curve["path"])}
+    computed = barriers(path)
+    recorded = curve.get("barriers") or {}
+    values = {k: recorded[k] if k in recorded else computed[k] for k in BARRIER_KEYS}
+    rows = _rows(study, result, path, values)
+    for row in rows:
+        row["bend_distance"] = curve.get("bend_distance")
+    return rows
+
+
+def _rows(
+    study: dict[str, Any],
+    result: dict[str, Any],
+    path: dict[str, Any],
+    path_barriers: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The rows of one path (``path``: a ``PathResult.to_dict()``) of a merge job."""
+    labels = result["labels"]
     calibration = _calibration(path)
-    path_barriers = _barriers(result)
+    kind = path_kind_of(path)
     train_losses = result.get("endpoint_train_loss") or []
     endpoint_train_loss = (
         sum(train_losses) / len(train_losses)
@@ -140,6 +179,7 @@ def path_rows(study: dict[str, Any], result: dict[str, Any]) -> list[dict[str, A
             "dataset": study["data"]["dataset"],
             "model": study["model"]["name"],
             **_keys(labels),
+            PATH_KEY: kind,
             "lam": lam,
             "split": study["data"]["split"],
             "bn": path["bn"],
@@ -169,7 +209,14 @@ def layer_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 #: Results files a study writes only when its settings ask for them (a re-run that does not
 #: removes an earlier run's, so a folder never mixes two runs' files).
-OPTIONAL_RESULTS = ("layers.csv", "moments.json", "spectra.json", "stitch.csv", "results.parquet")
+OPTIONAL_RESULTS = (
+    "layers.csv",
+    "moments.json",
+    "spectra.json",
+    "stitch.csv",
+    "planes.json",
+    "results.parquet",
+)
 STITCH_COLUMNS = [*KEY_COLUMNS, "layer", "layers", "error", "error_a", "error_b"]
 
 
@@ -213,6 +260,18 @@ def unit_records(result: dict[str, Any], field: str, key: str) -> list[dict[str,
     return out
 
 
+def plane_records(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """planes.json entries of one merge job: per curve with a plane, the job's key columns,
+    ``path`` (the curve's kind) and ``plane`` (a :class:`lmc.metrics.plane.PlaneResult`'s
+    record: the loss and accuracy on the plane through A, B and the control point)."""
+    labels = result["labels"]
+    return [
+        {**_keys(labels), PATH_KEY: curve.get("kind"), "plane": curve["plane"]}
+        for curve in result.get("curves") or []
+        if curve.get("plane")
+    ]
+
+
 def write_results(
     out_dir: str | Path, study: dict[str, Any], results: list[dict[str, Any]]
 ) -> dict[str, Path]:
@@ -230,6 +289,10 @@ def write_results(
     if stitched:
         paths["stitch"] = out / "stitch.csv"
         write_csv(paths["stitch"], stitched, STITCH_COLUMNS)
+    planes = [e for result in results for e in plane_records(result)]
+    if planes:
+        paths["planes"] = out / "planes.json"
+        write_json(paths["planes"], planes)
     for field, key in (("moments", "values"), ("spectra", "singular_values")):
         entries = [e for result in results for e in unit_records(result, field, key)]
         if entries:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lmc.metrics import BARRIER_BY_KEY
+from lmc.metrics.barriers import DEFAULT_PATH, PATH_KEY, path_kind_of
 from lmc.metrics.calibration import BETA_MAX, BETA_MIN
 
 from .cells import coerce_row, is_close, mean_std, method_sort_key, number
@@ -119,7 +120,9 @@ def int_if_whole(value: float) -> float | int:
 def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Table 1 rows from ``results.csv`` rows (dicts; cells may be text or numbers).
 
-    For each (width, weight_decay, method) and each pair, at λ = ½: merged accuracy, ensemble
+    For each (width, weight_decay, method, path) and each pair, at λ = ½ (t = ½ for a curve,
+    whose rows carry ``path``, ``bezier`` or ``chain``; a line's row has no ``path``, as
+    before curves, and results rows without the column are lines): merged accuracy, ensemble
     accuracy, the midpoint barriers (the ``*_barrier`` columns; computed from the λ = 0, ½, 1
     rows when a column is empty), the midpoint's and ensemble's inverse temperatures; and the
     endpoint accuracy ½(acc(λ=0) + acc(λ=1)). Then mean and sample std (ddof=1; 0 with one
@@ -129,17 +132,17 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     undefined calibration at λ = 0, ½ or 1 (their calibrated barrier is undefined) or of the
     ensemble at λ = ½. Rows are sorted by weight decay (descending), method (none, weight, onepass,
     activation, ste, orthogonal, orthogonal-activation, learned, random: `cells.METHOD_ORDER`),
-    width.
+    path (the line first), width.
     """
     groups: dict[tuple, dict[int, list[dict[str, Any]]]] = {}
     for raw in results:
         r = drop_undefined(coerce_row(raw))
         r.setdefault("pair", 0)
         r.setdefault("lam", math.nan)
-        key = (number(r["width"]), number(r["weight_decay"]), str(r["method"]))
+        key = (number(r["width"]), number(r["weight_decay"]), str(r["method"]), path_kind_of(r))
         groups.setdefault(key, {}).setdefault(int(r["pair"]), []).append(r)
     out = []
-    for (width, wd, method), by_pair in groups.items():
+    for (width, wd, method, path), by_pair in groups.items():
         per: dict[str, list[float]] = {}
         pairs = undefined = 0
         for rows in by_pair.values():
@@ -190,6 +193,21 @@ def table1(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         width_b = number(next(iter(by_pair.values()))[0].get("width_b"))
         if math.isfinite(width_b):  # a study across widths (sweep.width_ratio): B's width
             row["width_b"] = int_if_whole(width_b)
+        if path != DEFAULT_PATH:  # a curve's row (a line's has no path: as before curves)
+            row[PATH_KEY] = path
         out.append(row)
-    out.sort(key=lambda r: (-r["weight_decay"], method_sort_key(r["method"]), r["width"]))
+    out.sort(key=table1_sort_key)
     return out
+
+
+def table1_sort_key(row: Mapping[str, Any]) -> tuple:
+    """Table 1's order: weight decay (descending), method (:func:`method_sort_key`), the
+    line before the curves (``bezier``, ``chain``), width."""
+    path = path_kind_of(row)
+    return (
+        -row["weight_decay"],
+        method_sort_key(row["method"]),
+        path != DEFAULT_PATH,
+        path,
+        row["width"],
+    )

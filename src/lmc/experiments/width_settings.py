@@ -48,6 +48,9 @@ resolved study (defaults filled in) is what gets recorded beside the results.
     weight_solver = "auto"           # <method>_<setting> (docs/studies.md lists them):
     ste_steps = 200                  # weight_max_iter, weight_restarts, activation_statistic,
                                      # ste_lr, ... (lmc.perm.methods)
+    paths = ["line"]                 # also "bezier", "chain": curves fitted and evaluated
+                                     # beside the line (curve_epochs, curve_lr,
+                                     # curve_batch_size, curve_seed, curve_plane)
 
     [analysis]
     enabled = true
@@ -72,7 +75,7 @@ from lmc.perm.lap import resolve_solver
 from lmc.perm.methods import get_method
 from lmc.train import TrainSettings
 
-from .jobs import pair_settings
+from .jobs import CURVE_KEYS, curve_settings, pair_settings
 from .kind_settings import (
     DATA_SCHEMA,
     MAX_TRAINING_RUNS,
@@ -114,6 +117,13 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "bn": ((str,), "auto"),
         "align_seed": ((int,), 0),
         "align_examples": ((int,), 2000),
+        # curves beside the line (issue 44): each left out of merge ids at its default
+        "paths": ((list,), list(CURVE_KEYS["paths"])),
+        "curve_epochs": ((int,), CURVE_KEYS["curve_epochs"]),
+        "curve_lr": ((float,), CURVE_KEYS["curve_lr"]),
+        "curve_batch_size": ((int,), CURVE_KEYS["curve_batch_size"]),
+        "curve_seed": ((int,), CURVE_KEYS["curve_seed"]),
+        "curve_plane": ((int,), CURVE_KEYS["curve_plane"]),
         # then one key per alignment-method setting (merge_schema)
     },
     "analysis": {
@@ -257,6 +267,7 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
         raise LmcError(f"'merge.lambdas'{where} must be at least 2 points or a list")
     for key in ("calibration_seed", "align_seed"):
         _at("merge", where, check_int, key, merge[key], minimum=0)
+    _check_paths(merge, where)
     _at("merge", where, check_int, "align_examples", merge["align_examples"], minimum=1)
     for key, (_, setting) in study_keys().items():
         merge[key] = setting.check(merge[key], f"'merge.{key}'{where}")
@@ -284,6 +295,34 @@ def _check_values(study: dict[str, Any], source: str | None) -> None:
             pair_settings(job)
         except LmcError as exc:
             raise LmcError(f"[merge]{where}: {exc}") from None
+
+
+def _check_paths(merge: dict[str, Any], where: str) -> None:
+    """``paths``: ``line`` and any curves (``bezier``, ``chain``), each once; the ``curve_*``
+    keys make a valid :class:`lmc.merge.CurveSettings`; ``curve_plane`` 0 or ≥ 2."""
+    from lmc.merge.curves import path_kind_names
+
+    paths = merge["paths"]
+    kinds = path_kind_names()
+    if not all(isinstance(p, str) and p in kinds for p in paths):
+        raise LmcError(
+            f"'merge.paths'{where} must list path kinds from {', '.join(kinds)}, got {paths!r}"
+        )
+    if "line" not in paths or len(set(paths)) != len(paths):
+        raise LmcError(
+            f"'merge.paths'{where} must hold \"line\" (every merge's path; curves are measured "
+            f"beside it) and each kind once, got {paths!r}"
+        )
+    try:
+        curve_settings(merge, "bezier")
+    except LmcError as exc:
+        raise LmcError(f"[merge]{where}: curve setting {exc}") from None
+    plane = merge["curve_plane"]
+    if plane < 0 or plane == 1:
+        raise LmcError(
+            f"'merge.curve_plane'{where} must be 0 (no plane) or at least 2 points per side, "
+            f"got {plane}"
+        )
 
 
 def _check_width_ratio(study: dict[str, Any], where: str) -> None:

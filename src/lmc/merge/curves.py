@@ -24,16 +24,19 @@ B, bit for bit, and a chain at t = ½ gives θ_C), because terms of weight 0 are
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from lmc.config import LmcError, check_lambda
 from lmc.models.compare import check_same_architecture
 
+from .batchnorm import reset_batchnorm, resolve_bn_mode
 from .interpolate import StateDict, lerp
 
 Weights = tuple[float, float, float]
@@ -272,6 +275,44 @@ class Curve:
         return math.sqrt(num) / math.sqrt(den) if den > 0 else math.nan
 
 
+def curve_merge_fn(
+    kind: str | PathKind,
+    control: Mapping[str, torch.Tensor] | None,
+    model: nn.Module,
+    *,
+    bn: str = "auto",
+    train_inputs: torch.Tensor | None = None,
+) -> Callable[[StateDict, StateDict, float], StateDict]:
+    """The point θ(t) of a curve of ``kind`` through ``control`` as a function
+    ``merge(state_a, state_b, t) -> state``: the form :func:`lmc.analysis.analyze` takes as
+    its ``merge_fn`` (in place of the line's θ(λ)), so the layerwise analysis runs at any point
+    of a curve (``lam`` read as t; t = 0 is A). The endpoints are the states the caller passes
+    (e.g. B aligned to A), the control point is ``control`` (``None`` for the line).
+
+    BatchNorm: ``bn`` is resolved on ``model`` (:func:`lmc.merge.resolve_bn_mode`); ``reset``
+    (``auto`` on a BatchNorm model) recomputes every point's statistics on ``train_inputs``
+    (:func:`lmc.merge.reset_batchnorm`, as :func:`lmc.metrics.curve_path.evaluate_curve`
+    does); ``none`` keeps the interpolated buffers; ``repair`` is refused (it targets the
+    line). ``model`` (of the curve's architecture) is not changed."""
+    kind = get_path_kind(kind)
+    mode = resolve_bn_mode(model, bn)
+    if mode == "repair":
+        raise LmcError("REPAIR is defined for the line only; use bn='reset' for a curve")
+    if mode == "reset" and train_inputs is None:
+        raise LmcError("resetting BatchNorm along a curve needs train_inputs")
+    scratch = copy.deepcopy(model) if mode == "reset" else None
+
+    def merge(state_a: StateDict, state_b: StateDict, t: float) -> StateDict:
+        point = Curve(kind, state_a, state_b, control).point(t)
+        if scratch is None:
+            return point
+        scratch.load_state_dict(point)
+        reset_batchnorm(scratch, train_inputs)
+        return {k: v.detach().clone() for k, v in scratch.state_dict().items()}
+
+    return merge
+
+
 __all__ = [
     "BEZIER",
     "CHAIN",
@@ -281,6 +322,7 @@ __all__ = [
     "PathKind",
     "combine",
     "combine_into",
+    "curve_merge_fn",
     "get_path_kind",
     "midpoint_control",
     "path_kind_names",

@@ -25,6 +25,12 @@ The schema: :data:`BARRIERS` lists every barrier :func:`barriers` returns (its k
 per-λ curve it is computed from, the function and its meaning), in order; :data:`BARRIER_KEYS`
 are their keys. It is the one list of barrier keys: results files (a width study's
 ``results.csv``, an onset study's CSVs), Table 1 and the report import it.
+
+Paths other than the line: a curve θ(t) between A and B (:mod:`lmc.merge.curves`: ``bezier``,
+``chain``) has the same barriers with t in λ's place (docs/science.md, "Curves between two
+models"): the chord is still (1 − t)L_0 + tL_1. A results row or record names its path's kind
+in :data:`PATH_KEY` (``path``); one without it (written before curves existed) is the line
+(:func:`path_kind_of`), so line and curve rows sit side by side in one table.
 """
 
 from __future__ import annotations
@@ -38,6 +44,24 @@ import numpy as np
 from lmc.config import LmcError
 
 _TOL = 1e-9
+
+#: The key (and results column) naming a path's kind: ``line``, ``bezier``, ``chain``
+#: (:data:`lmc.merge.curves.PATH_KINDS`).
+PATH_KEY = "path"
+#: The kind of a path whose record names none (written before curves existed).
+DEFAULT_PATH = "line"
+
+
+def path_kind_of(record: Any) -> str:
+    """The path kind of a results row, a job's path record or a
+    :class:`lmc.metrics.PathResult`: its :data:`PATH_KEY` entry, or :data:`DEFAULT_PATH`
+    (``line``) when it has none (absent, ``None``, empty or NaN: a record written before
+    curves existed)."""
+    value = record.get(PATH_KEY) if isinstance(record, dict) else getattr(record, PATH_KEY, None)
+    if value is None or (isinstance(value, float) and value != value):
+        return DEFAULT_PATH
+    text = str(value).strip()
+    return text if text and text.lower() != "nan" else DEFAULT_PATH
 
 
 def _curve(lambdas: Sequence[float], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -63,8 +63,9 @@ def evaluate_curve(
             BatchNorm model with ``bn`` ``auto``/``reset``).
         task: the task (:mod:`lmc.data.tasks`) or its name.
 
-    Returns a :class:`lmc.metrics.PathResult` whose ``lambdas`` are the t values, ``method``
-    ``loop`` and ``bn`` the resolved BatchNorm mode.
+    Returns a :class:`lmc.metrics.PathResult` whose ``lambdas`` are the t values, ``path``
+    the curve's kind (``line``, ``bezier``, ``chain``), ``method`` ``loop`` and ``bn`` the
+    resolved BatchNorm mode.
     """
     s = _settings(settings, options)
     if s.bn == "repair":
@@ -103,7 +104,7 @@ def evaluate_curve(
             rows.update(zip(ts, metrics(ts, z, z_a, z_b)))
     result = PathResult.from_rows(
         grid, [rows[t] for t in grid], added_lambdas=added, bn=bn_mode, method=engine.name,
-        **metrics.description(),
+        path=curve.kind.name, **metrics.description(),
     )  # fmt: skip
     message = result.calibration_warning()
     if message is not None:

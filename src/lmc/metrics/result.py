@@ -261,6 +261,11 @@ class PathResult:
     ``calibration_folds`` its K (``crossfit`` only). ``calibration_at_bound`` /
     ``ensemble_calibration_at_bound`` list the lambdas whose calibration is undefined (a beta
     on a bound of its search: their inverse temperature and calibrated loss are NaN).
+    ``path`` is the path's kind (:data:`lmc.merge.curves.PATH_KINDS`): ``line`` for
+    θ(λ) = (1 − λ)θ_A + λθ_B (:func:`lmc.metrics.evaluate_path`), ``bezier`` or ``chain`` for
+    a curve (:func:`lmc.metrics.curve_path.evaluate_curve`, whose ``lambdas`` are its t
+    values); a record written before the kind was kept has none and is a line
+    (:func:`lmc.metrics.barriers.path_kind_of`).
 
     In a notebook: :meth:`plot` draws it on a matplotlib axes, :meth:`to_dataframe` gives one
     row per lambda (pandas); :meth:`rows` and :meth:`curves` need neither.
@@ -290,6 +295,7 @@ class PathResult:
     added_lambdas: list[float] = field(default_factory=list)
     calibration_at_bound: list[float] = field(default_factory=list)
     ensemble_calibration_at_bound: list[float] = field(default_factory=list)
+    path: str = "line"
 
     @classmethod
     def from_rows(

@@ -8,10 +8,21 @@ with one :class:`PairSettings`, so the same settings give the same numbers where
 >>> write_pair(result, "out/")                               # curve.csv, summary.json, path.png
 
 Path convention: θ(λ) = (1 − λ)θ_A + λθ_B; definitions in ``docs/science.md``.
+
+Curves (``lmc curve``, a study's ``[merge] paths``): :func:`curve_pair` is the line and a
+Bézier curve or chain between the same (aligned) endpoints, side by side (:mod:`lmc.pair.curve`).
 """
 
 from lmc.metrics import PathSettings
 
+from .curve import (
+    CurvePairResult,
+    CurveResult,
+    curve_pair,
+    curve_summary,
+    fit_pair_curve,
+    write_curve_pair,
+)
 from .figures import draw_path, path_figure, plot_path
 from .output import curve_csv, path_summary, summary, write_pair
 from .pipeline import PairResult, align_pair, alignment_examples, run_pair
@@ -21,17 +32,23 @@ __all__ = [
     "ALIGN_METHODS",
     "BASELINES",
     "AnalysisOptions",
+    "CurvePairResult",
+    "CurveResult",
     "PairResult",
     "PairSettings",
     "PathSettings",
     "align_pair",
     "alignment_examples",
     "curve_csv",
+    "curve_pair",
+    "curve_summary",
     "draw_path",
+    "fit_pair_curve",
     "path_figure",
     "path_summary",
     "plot_path",
     "run_pair",
     "summary",
+    "write_curve_pair",
     "write_pair",
 ]

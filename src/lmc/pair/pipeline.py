@@ -34,6 +34,10 @@ class PairResult:
     layerwise analysis (an :class:`lmc.analysis.AnalysisResult`, or ``None``);
     ``stitch_errors``: the error (fraction) of A's first l layers followed by (aligned) B's
     others for l = 0..L (entry 0 is B's, entry L A's; ``None`` unless asked).
+    ``models``: the two models the path was measured between (the given ones, or their
+    canonical or widened forms) and ``state_b``: B's state as measured (aligned to A;
+    ``None``: ``models[1]``'s own), so a curve (:func:`lmc.pair.curve_pair`) is fitted
+    between the very endpoints of the line.
     """
 
     settings: PairSettings
@@ -44,6 +48,8 @@ class PairResult:
     transforms: Any = None
     analysis: Any = None
     stitch_errors: list[float] | None = None
+    models: tuple[nn.Module, nn.Module] | None = None
+    state_b: dict[str, torch.Tensor] | None = None
 
 
 def alignment_examples(data: Dataset, count: int | None, seed: int) -> tuple[torch.Tensor, ...]:
@@ -55,6 +61,15 @@ def alignment_examples(data: Dataset, count: int | None, seed: int) -> tuple[tor
     order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
     index = order[:count].sort().values.to(data.x_train.device)
     return data.x_train[index], data.y_train[index]
+
+
+def evaluation_examples(data: Dataset, settings: PairSettings) -> tuple[torch.Tensor, ...]:
+    """``(x, y)``: where the path and the analysis are measured: ``settings.split``, its first
+    ``settings.max_examples`` examples (all when ``None``)."""
+    x, y = data.split(settings.split)
+    if settings.max_examples is not None:
+        x, y = x[: settings.max_examples], y[: settings.max_examples]
+    return x, y
 
 
 def align_pair(
@@ -113,9 +128,7 @@ def run_pair(
             init_states = _widened_init(init_states, model_a, model_b, example)
         model_a, model_b = widen_pair(model_a, model_b, example)
     check_same_architecture(model_a, model_b)
-    x, y = data.split(settings.split)
-    if settings.max_examples is not None:
-        x, y = x[: settings.max_examples], y[: settings.max_examples]
+    x, y = evaluation_examples(data, settings)
     result = PairResult(settings)
     aligned = align_pair(model_a, model_b, data, settings, quiet=quiet)
     state_b = None
@@ -129,6 +142,7 @@ def run_pair(
         result.transforms = aligned.alignment
         if all(kind == "permutation" for kind in aligned.alignment.kinds.values()):
             result.perm = aligned.perm
+    result.models, result.state_b = (model_a, model_b), state_b
     if settings.path is not None and not settings.baseline_only:
         result.path = evaluate_path(
             model_a, model_b, x, y, settings.path, state_b=state_b, bn_inputs=data.x_train,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import progress
-from lmc.stats import MIN_PAIRS, compare, verdict
+from lmc.stats import MIN_PAIRS, compare, summarize, verdict
 
 from . import figures as width_figures
 from .document import Block, Bullets, Heading, Note, Para, Table
@@ -305,6 +305,7 @@ def _files_read(res: Results) -> str:
             "spectra.json",
             "table1.csv",
             "stitch.csv",
+            "planes.json",
         )
         if (res.path / n).exists()
     ]
@@ -314,7 +315,13 @@ def _files_read(res: Results) -> str:
 # ---- the report -----------------------------------------------------------------------------
 def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Block]:
     """The report's body (between its opening and its reproducibility section), each figure
-    written by ``figs`` (:class:`lmc.report.page.Figures`)."""
+    written by ``figs`` (:class:`lmc.report.page.Figures`). A study with curves (``[merge]
+    paths``: rows whose ``path`` is not ``line``) has every section of the line read from its
+    line rows, and a section "Curves beside the line" (:func:`curve_blocks`)."""
+    full = res
+    kinds = width_figures.path_kinds(full)
+    if kinds != ["line"]:
+        res = width_figures.path_results(full, "line")
     t1 = merge_table1(
         table1(res.rows), res.table1_rows, CALIBRATION_COLUMNS if res.undefined else ()
     )
@@ -394,6 +401,8 @@ def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Blo
 
     blocks += paired_blocks(res)
     blocks += undefined_values(res)
+    if kinds != ["line"]:
+        blocks += curve_blocks(full, figs, quiet=quiet)
 
     def section(heading: str, intro: str, name: str, level: int = 2) -> None:
         blocks.append(Heading(level, heading))
@@ -436,6 +445,114 @@ def build_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Blo
     blocks.append(Heading(2, "Weight-decay ablation"))
     blocks.append(figs.block(rendered[("weight_decay_ablation", None)]))
 
+    return blocks
+
+
+#: The per-path values of the curves' table: (results column, header, scale, digits).
+CURVE_TABLE = (
+    ("loss_barrier", "loss barrier, max (nats)", 1.0, 3),
+    ("midpoint_loss_barrier", "loss barrier at ½ (nats)", 1.0, 3),
+    ("accuracy_barrier", "accuracy barrier, max (pp)", 100.0, 2),
+    ("bend_distance", "bend ‖θ_C − mid‖ / ‖θ_A − θ_B‖", 1.0, 3),
+)
+
+
+def _planes(res: Results) -> list[dict] | None:
+    """``planes.json``'s records, or ``None`` when absent or unreadable."""
+    import json
+
+    path = res.path / "planes.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, list) else None
+
+
+def curve_blocks(res: Results, figs: Figures, *, quiet: bool = True) -> list[Block]:
+    """The section "Curves beside the line" of a study with ``[merge] paths``: per weight
+    decay a table of each path's barriers (max over the path and at ½) and each curve's bend,
+    mean ± 95 % t-interval over the pairs; each curve's loss barrier against the line's, paired
+    by pair (:func:`lmc.stats.verdict`); the barriers against width; and the loss planes
+    through A, B and the control points (``planes.json``)."""
+    kinds = width_figures.path_kinds(res)
+    curves = [k for k in kinds if k != "line"]
+    by_kind = {k: width_figures.path_results(res, k) for k in kinds}
+    planes = _planes(res)
+    blocks: list[Block] = [Heading(2, "Curves beside the line")]
+    blocks.append(
+        Para(
+            f"Besides the line, each pair's curve{'s' if len(curves) > 1 else ''} "
+            f"({', '.join(curves)}) θ(t) (t = 0 is A, t = 1 is B, aligned to A by the method "
+            "first) through a control point θ_C trained on the "
+            "training split to minimise the expected loss along it (Garipov et al. 2018; "
+            'docs/science.md, "Curves between two models"), evaluated on the same grid with '
+            "the same calibration. A barrier along a path is the largest excess of its loss "
+            "over the chord between the endpoints' losses (max over λ or t); at ½ it is the "
+            "midpoint's. ± is the half-width of the mean's 95 % t-interval over the pairs."
+        )
+    )
+    for wd in res.weight_decays:
+        rows = []
+        for method in res.methods:
+            for width in res.widths:
+                for kind in kinds:
+                    sub = by_kind[kind]
+                    if not sub.select(weight_decay=wd, method=method, width=width):
+                        continue
+                    cells = []
+                    for column, _, scale, digits in CURVE_TABLE:
+                        if column == "bend_distance" and kind == "line":
+                            cells.append(DASH)
+                            continue
+                        values = width_figures.pair_values(
+                            sub, column, weight_decay=wd, method=method, width=width
+                        )
+                        cell = summarize(values)
+                        cells.append(fmt_pm(cell.mean, cell.half_width, scale, digits))
+                    pairs = len(sub.select(weight_decay=wd, method=method, width=width, lam=0.5))
+                    rows.append(
+                        [fmt_width(float(width)), method_style(method)[2], kind, str(pairs), *cells]
+                    )
+        if rows:
+            blocks.append(
+                Table(
+                    header=["width", "method", "path", "pairs", *(c[1] for c in CURVE_TABLE)],
+                    rows=rows,
+                    caption=f"{res.dataset} · {res.model} · weight decay {fmt_wd(wd)} · "
+                    f"{TABLE1_STATISTIC}",
+                    align=["r", "l", "l", "r"] + ["r"] * len(CURVE_TABLE),
+                    wide=True,
+                )
+            )
+        verdicts = []
+        for method in res.methods:
+            for width in res.widths:
+                line = width_figures.pair_values(
+                    by_kind["line"], "loss_barrier", weight_decay=wd, method=method, width=width
+                )
+                cells = []
+                for kind in curves:
+                    other = width_figures.pair_values(
+                        by_kind[kind], "loss_barrier", weight_decay=wd, method=method, width=width
+                    )
+                    cells.append(verdict(compare(line, other)) if line and other else DASH)
+                if any(c != DASH for c in cells):
+                    verdicts.append([fmt_width(float(width)), method_style(method)[2], *cells])
+        if verdicts:
+            blocks.append(
+                Table(
+                    header=["width", "method", *(f"{k} − line" for k in curves)],
+                    rows=verdicts,
+                    caption="loss barrier along the path (max, nats): curve − line, paired by "
+                    f"pair · weight decay {fmt_wd(wd)}",
+                    align=["r", "l"] + ["l"] * len(curves),
+                    wide=True,
+                )
+            )
+        for plot in (width_figures.curves_vs_width(res, wd),
+                     width_figures.curve_planes(res, planes, wd)):  # fmt: skip
+            blocks.append(figs.block(plot))
     return blocks
 
 

@@ -26,6 +26,7 @@ from matplotlib.ticker import MaxNLocator
 
 from lmc.analysis import GAUSSIAN_RELU_LIMIT
 from lmc.metrics import BARRIER_BY_KEY
+from lmc.metrics.barriers import path_kind_of
 from lmc.stats import summarize
 
 from .results import Results, is_close, mean_std, number
@@ -784,6 +785,117 @@ def _draw_lewc_vs_width(ax, res: Results, wd: float) -> None:
     width_axis(ax, res.widths, width_label(res))
     ax.set_ylabel("LEWC cosine at λ = ½")
     finish_axes(ax)
+
+
+# ---- curves beside the line (a study's [merge] paths) -------------------------------------
+#: Line styles of the path kinds (the line dashed, the curves solid / dotted).
+PATH_STYLES = {"line": "--", "bezier": "-", "chain": ":"}
+
+
+def path_kinds(res: Results) -> list[str]:
+    """The path kinds in ``res.rows`` (``line`` first; a row without ``path`` is the line)."""
+    kinds = dict.fromkeys(path_kind_of(r) for r in res.rows)
+    return sorted(kinds, key=lambda k: (k != "line", k))
+
+
+def path_results(res: Results, kind: str) -> Results:
+    """``res`` with only the rows (and ``table1.csv`` rows) of path ``kind``: every figure and
+    table of the line reads ``path_results(res, "line")`` when a study has curves."""
+    from dataclasses import replace
+
+    from .results import _undefined_cells
+
+    rows = [r for r in res.rows if path_kind_of(r) == kind]
+    table = [r for r in res.table1_rows or [] if path_kind_of(r) == kind] or None
+    return replace(res, rows=rows, table1_rows=table, undefined=_undefined_cells(rows))
+
+
+#: The barriers drawn for curves: along the whole path (max over λ or t) and the bend.
+CURVE_PANELS = (
+    ("loss_barrier", 1.0, "loss barrier, max over the path (nats)"),
+    ("accuracy_barrier", 100.0, "accuracy barrier, max over the path (pp)"),
+    ("bend_distance", 1.0, "bend ‖θ_C − mid‖ / ‖θ_A − θ_B‖"),
+)
+
+
+def curves_vs_width(res: Results, wd: float) -> Plot | Skip:
+    """Each path's barrier along its whole length (max over λ or t above the chord between the
+    endpoints' values) against width, one colour per method and one line style per path
+    (line dashed, Bézier solid, chain dotted), and each curve's bend distance."""
+    title = f"Curves against the line (weight decay {fmt_wd(wd)})"
+    kinds = path_kinds(res)
+    if kinds == ["line"]:
+        return Skip(title, "the study fitted no curve ([merge] paths)")
+    by_kind = {k: path_results(res, k) for k in kinds}
+    fig, axes = new_figure(1, len(CURVE_PANELS), panel=(4.0, 3.4))
+    for ax, (column, scale, ylabel) in zip(axes[0], CURVE_PANELS):
+        for kind, sub in by_kind.items():
+            if column == "bend_distance" and kind == "line":
+                continue
+            for method in sub.methods:
+                x, mean, half = _series(sub, column, wd, method, scale)
+                name = method_style(method)[2]
+                _errorbar(ax, x, mean, half, method, label=f"{name}, {kind}",
+                          ls=PATH_STYLES.get(kind, "-."))  # fmt: skip
+        if column != "bend_distance":
+            ax.axhline(0.0, color="black", lw=0.8)
+        width_axis(ax, res.widths, width_label(res))
+        ax.set_ylabel(ylabel)
+        finish_axes(ax)
+    _legend(axes[0][0], loc="best")
+    fig.suptitle(f"Line and curves · {header(res, wd)}", fontsize=10)
+    caption = (
+        "The barrier along each path, max over λ (the line) or t (a curve) of the loss above "
+        "the chord between the endpoints' losses (and the accuracy below it), against width, "
+        f"mean ± 95 % t-interval over {pairs_text(res)}; one colour per alignment method, the "
+        "line dashed, a Bézier curve solid, a chain dotted. Right: each curve's bend, the "
+        "distance of its control point from the line's midpoint relative to ‖θ_A − θ_B‖ "
+        "(0: the curve is the line). Garipov et al. find curves of nearly constant loss where "
+        "the line has a barrier."
+    )
+    return Plot(f"curves_vs_width_wd{fmt_wd(wd)}", title, caption, render(fig))
+
+
+#: At most this many planes are drawn in one report.
+MAX_PLANES = 4
+
+
+def curve_planes(res: Results, planes: list[dict[str, Any]] | None, wd: float) -> Plot | Skip:
+    """The loss on the plane through A, B and a curve's control point (``planes.json``), for
+    each method and curve at the study's widest width (its first pair), at most
+    :data:`MAX_PLANES` panels: filled contours with the line dashed and the curve solid."""
+    from lmc.metrics.plane import PlaneResult, draw_plane
+
+    title = f"Loss planes through A, B and the control point (weight decay {fmt_wd(wd)})"
+    records = [p for p in planes or [] if number(p.get("weight_decay")) == wd and p.get("plane")]
+    if not records:
+        return Skip(title, "no plane was evaluated (planes.json is absent or has none here)")
+    widest = max(number(p.get("width")) for p in records)
+    chosen: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in sorted(records, key=lambda p: number(p.get("pair"))):
+        key = (str(p.get("method")), str(p.get("path")))
+        if number(p.get("width")) == widest and key not in chosen:
+            chosen[key] = p
+    picked = list(chosen.items())[:MAX_PLANES]
+    fig, axes = new_figure(1, len(picked), panel=(4.4, 3.8))
+    for ax, ((method, kind), record) in zip(axes[0], picked):
+        plane = PlaneResult.from_dict(record["plane"])
+        filled = draw_plane(ax, plane)
+        fig.colorbar(filled, ax=ax, label=f"{res.split} loss (nats)", shrink=0.8)
+        ax.set_title(
+            f"{method_style(method)[2]}, {kind} · width {fmt_width(widest)} · pair "
+            f"{int(number(record.get('pair')))}",
+            fontsize=9,
+        )
+    fig.suptitle(header(res, wd), fontsize=10)
+    caption = (
+        "The loss on the plane through A (0, 0), B (1, 0) and the curve's control point θ_C, "
+        "in Garipov et al.'s orthonormalised basis: x along θ_B − θ_A, y orthogonal to it "
+        "towards θ_C, both in units of ‖θ_B − θ_A‖ (B aligned to A by the method first); the "
+        "line is dashed, the curve (which lies in this plane) solid. One pair per panel: the "
+        "widest width's first pair."
+    )
+    return Plot(f"curve_planes_wd{fmt_wd(wd)}", title, caption, render(fig))
 
 
 PER_WEIGHT_DECAY = (
