@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: set up .venv (with the extras the tests use: Ray for the executor tests,
 # transformers for the Hugging Face models, pandas for to_dataframe, tensorboard for the logger,
-# lapx for the fast assignment solver; LMC_EXTRAS overrides the comma-separated list), install
+# lapx for the fast assignment solver, mkdocs-material + mkdocstrings for the documentation site
+# that tests/docs builds with --strict; LMC_EXTRAS overrides the comma-separated list), install
 # the Debian data packages the tests read where apt can (as root): dataset-fashion-mnist (the
 # real Fashion-MNIST files) and fortunes (the fortunes text corpus); lint, then run pytest.
 # Without them the tests that need them skip, saying why, and the others fall back to data
@@ -12,7 +13,7 @@
 # them in this process. Extra arguments go to pytest (e.g. -k weight_matching, -m "not slow").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LMC_EXTRAS=${LMC_EXTRAS-ray,hf,pandas,tensorboard,fast} bash scripts/setup.sh
+LMC_EXTRAS=${LMC_EXTRAS-ray,hf,pandas,tensorboard,fast,docs} bash scripts/setup.sh
 # package, the file it installs that says it is there, what the tests read from it
 for entry in "dataset-fashion-mnist:/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz:real data for the loader tests" \
              "fortunes:/usr/share/games/fortunes/zippy:the fortunes text corpus"; do

@@ -77,6 +77,8 @@ from .units import LARGE_ENERGY, NEAR_ZERO, unit_summary
 
 StateDict = dict[str, torch.Tensor]
 
+#: The keys of every layerwise record, in order: the columns of ``layers.csv``
+#: (docs/science.md defines each).
 RECORD_KEYS = (
     "layer",
     "name",

@@ -15,6 +15,7 @@ import torch
 
 from .accumulators import row_cosines
 
+#: Theorem 5.4's limit of cos(σ(u + v), σ(u) + σ(v)), (3/4 + 1/π) / √(1 + 1/π) ≈ 0.9304.
 GAUSSIAN_RELU_LIMIT = (3 / 4 + 1 / math.pi) / math.sqrt(1 + 1 / math.pi)
 
 _CHUNK_ELEMENTS = 1 << 22

@@ -208,9 +208,12 @@ def task_names() -> list[str]:
     return sorted(TASKS)
 
 
+#: One class label per example (the image datasets): output (N, C), target (N,).
 CLASSIFICATION = register_task(
     Task("classification", 1, "one class label per example: output (N, C), target (N,)")
 )
+#: The next token at every position of a window (the text datasets): output (N, T, C),
+#: target (N, T).
 NEXT_TOKEN = register_task(
     Task(
         "next-token",

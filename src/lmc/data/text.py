@@ -73,7 +73,9 @@ from .tokenizers import (
     tokenizer_folder_sha256,
 )
 
+#: The text datasets (next-token prediction), described above.
 TEXT_DATASETS = ("text", "fortunes", "tiny-shakespeare")
+#: The splits of a text dataset, in the order of the text: ``validation`` is its middle block.
 TEXT_SPLITS = ("train", "validation", "test")
 NEXT_TOKEN_TASK = "next-token"
 

@@ -249,6 +249,10 @@ def make_executor(
     num_gpus: float = 0.0,
     threads: int | None = None,
 ) -> LocalExecutor | RayExecutor:
+    """The executor ``name`` runs a study's jobs with: ``local`` (a process pool of ``workers``
+    processes, each at ``threads`` PyTorch threads; 1 runs in this process) or ``ray`` (tasks
+    on the cluster at ``address``, or a local Ray of ``workers`` CPUs, with ``num_gpus`` per
+    job). ``LmcError`` for another name or a workers count that is not a positive integer."""
     if workers is not None and (
         isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
     ):

@@ -115,9 +115,11 @@ def recipes_dir() -> Path:
 
 
 def list_recipes() -> list[str]:
+    """The names of the packaged recipes (``lmc recipes``), sorted."""
     return sorted(p.stem for p in recipes_dir().glob("*.toml"))
 
 
 def recipe_path(name: str) -> Path | None:
+    """The packaged recipe ``name`` (with or without ``.toml``), or ``None`` if there is none."""
     candidate = recipes_dir() / (name if name.endswith(".toml") else f"{name}.toml")
     return candidate if candidate.exists() else None

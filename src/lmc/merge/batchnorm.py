@@ -26,6 +26,8 @@ from torch import nn
 from lmc.config import LmcError, progress
 from lmc.models import eval_mode, module_device
 
+#: What to do with BatchNorm statistics after interpolation: ``auto`` (``reset`` where the
+#: model has BatchNorm, else ``none``), ``reset``, ``repair`` (Jordan et al. 2022) or ``none``.
 BN_MODES = ("auto", "reset", "repair", "none")
 _BatchNorm = nn.modules.batchnorm._BatchNorm
 

@@ -18,6 +18,7 @@ from torch import nn
 from lmc.config import LmcError, check_lambda
 from lmc.models.compare import check_same_architecture
 
+#: A model's state: tensor name -> tensor (``model.state_dict()``).
 StateDict = dict[str, torch.Tensor]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)

@@ -41,6 +41,7 @@ from lmc.data.tasks import Task, get_task
 
 #: Bounds of the search, on beta (the search itself runs on log beta).
 BETA_MIN = 1e-3
+#: The upper bound of the search on beta (a fit at it is reported as at the bound).
 BETA_MAX = 1e4
 #: Tolerance of the search on log(beta): beta is found to a relative 1e-7 or better.
 LOG_BETA_TOL = 1e-7

@@ -37,6 +37,7 @@ from .chain import ChainPlan, ChainWorkspace, chain_forward, chain_plan
 #: ``method`` values of :func:`select_engine` (and of :func:`lmc.metrics.evaluate_path`).
 #: How a path is evaluated (``PathSettings.method``); ``METHODS`` is its older name.
 ENGINES = ("auto", "batched", "loop")
+#: The older name of :data:`ENGINES` (kept for code that imports it).
 METHODS = ENGINES
 #: Default examples per forward pass (per lambda in the batched engine).
 TARGET_ROWS = 2048

@@ -64,6 +64,8 @@ def probe_points(model: nn.Module) -> list[ProbePoint]:
 
 
 def count_parameters(model: nn.Module) -> int:
+    """The number of scalars in ``model``'s parameters (buffers such as BatchNorm's running
+    statistics are not counted)."""
     return sum(p.numel() for p in model.parameters())
 
 

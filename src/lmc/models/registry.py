@@ -140,6 +140,7 @@ class ModelEntry:
         return float(width)
 
 
+#: Every registered model: its name -> its :class:`ModelEntry` (``register_model`` adds one).
 MODELS: dict[str, ModelEntry] = {}
 
 

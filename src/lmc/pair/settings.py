@@ -15,6 +15,8 @@ from lmc.perm.methods import get_method, method_names
 #: The built-in alignment methods, ``none`` first (``lmc.perm.methods.method_names()`` lists
 #: every registered one, plug-ins included).
 ALIGN_METHODS = method_names()
+#: Baselines a pair is measured against: ``none`` (plain averaging) and ``random-direction``
+#: (B replaced by A plus a random direction of the same length as B − A).
 BASELINES = ("none", "random-direction")
 SPLITS = ("test", "train")
 

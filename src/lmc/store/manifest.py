@@ -36,6 +36,7 @@ from lmc.config import LmcError, check_regular_file, open_regular, read_regular_
 
 from .atomic import read_json, write_json
 
+#: The manifest of a finished run (size and SHA-256 of each file), written last.
 MANIFEST_FILE = "manifest.json"
 CACHE_FILE = ".verified.json"
 FORMAT = 1

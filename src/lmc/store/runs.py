@@ -71,8 +71,11 @@ from .manifest import (
     write_manifest,
 )
 
+#: A run's canonical config, whose hash names the run's folder.
 CONFIG_FILE = "config.json"
+#: A run's final weights (safetensors).
 MODEL_FILE = "model.safetensors"
+#: A finished run's metrics (with ``"status": "finished"``), written when training ends.
 METRICS_FILE = "metrics.json"
 
 

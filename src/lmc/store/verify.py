@@ -22,6 +22,7 @@ from .atomic import load_tensors
 from .manifest import MANIFEST_FILE, DamagedRunError, read_manifest, verify_files
 from .runs import CONFIG_FILE, METRICS_FILE, MODEL_FILE, check_config_name, is_finished
 
+#: What :func:`verify_run` reports of a run (the module docstring says when each applies).
 STATUSES = ("ok", "damaged", "unverified", "unfinished")
 _RUN_FILES = (CONFIG_FILE, MODEL_FILE, METRICS_FILE, MANIFEST_FILE)
 

@@ -111,6 +111,8 @@ def make_config(
 
 
 def settings_of(config: dict[str, Any]) -> TrainSettings:
+    """The training settings of a run config (its ``"train"`` table), leaving out the ``spawn``
+    entry of a spawned run, which names its parent and epoch rather than a setting."""
     train = {k: v for k, v in config["train"].items() if k != "spawn"}
     return TrainSettings.from_dict(train)
 

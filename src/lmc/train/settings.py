@@ -11,7 +11,9 @@ from lmc.config import LmcError
 from lmc.config.precision import PRECISIONS, TRAINED_PRECISIONS, resolve_precision
 from lmc.config.validate import check_int, check_number
 
+#: The optimizers :class:`TrainSettings` accepts (``optimizer``).
 OPTIMIZERS = ("sgd", "adam", "adamw")
+#: The learning-rate schedules :class:`TrainSettings` accepts (``schedule``).
 SCHEDULES = ("cosine", "onecycle", "constant")
 __all__ = ["OPTIMIZERS", "PRECISIONS", "SCHEDULES", "TRAINED_PRECISIONS", "TrainSettings"]
 
