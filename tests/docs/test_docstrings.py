@@ -12,8 +12,8 @@ classes of ``lmc.stats``. The rule:
   ``#:`` comment block right above its assignment (the Sphinx convention) or a string right
   below it, as the site reads them (griffe, with docs/hooks.py's ``CommentDocstrings``).
 
-``KNOWN_UNDOCUMENTED`` lists the names that break the rule today (none now), in packages whose owners
-add their docstrings; a name there that has one fails the test, so the list only shrinks.
+``KNOWN_UNDOCUMENTED`` lists the names that break the rule today (none now); a name there
+that has one fails the test, so the list only shrinks.
 """
 
 from __future__ import annotations
