@@ -17,16 +17,19 @@ re-exported here under its old home. ``weight_matching_reference`` is the whole 
 one screen (dense similarities, SciPy's assignment: :mod:`.weight_match_reference`), the
 documented reference the fast path is tested against.
 
-Beyond permutations (docs/science.md, "Symmetries beyond permutations"): ``canonicalize``
-folds a pre-LN transformer's LayerNorms away so its residual stream admits orthogonal maps
-(:mod:`.canonical`); ``symmetry_spec`` adds axis roles and each group's admissible kind to the
-spec (:mod:`.symmetry`); ``Permutation`` / ``Orthogonal`` / ``Invertible`` are the transform
-kinds of one group (:mod:`.transforms`); an ``Alignment`` maps every group to its transform
+Beyond permutations (docs/science.md, "Symmetries beyond permutations"): ``canonicalize`` folds
+the norms of any pre-norm transformer (LayerNorm or RMSNorm, with or without gain and bias)
+into their readers so its residual stream admits orthogonal maps (:mod:`.canonical`; the layout
+is read off the traced graph, :func:`traced_layout`, :mod:`.stream`; post-LN models are
+refused); ``symmetry_spec`` adds axis roles and each group's admissible kind to the spec
+(:mod:`.symmetry`); ``Permutation`` / ``Orthogonal`` / ``Invertible`` / ``RopePlanes`` (a
+rotation and scaling per rotary frequency plane) are the transform kinds of one group
+(:mod:`.transforms`); an ``Alignment`` maps every group to its transform
 (:mod:`.alignment_map`; ``Alignment.from_permutation(result.perm)`` converts today's
 permutations); ``orthogonal_weight_matching`` solves the stream by Procrustes
 (:mod:`.orthogonal_match`), ``orthogonal_activation_matching`` the same from features
-(:mod:`.orthogonal_activation`), ``learned_alignment`` trains rotations on the path's loss
-from there (:mod:`.learned`).
+(:mod:`.orthogonal_activation`), ``learned_alignment`` trains rotations on the path's loss from
+there (:mod:`.learned`).
 """
 
 from lmc.models.compare import check_same_architecture
@@ -35,6 +38,7 @@ from .activation_match import ActivationMatchingResult, activation_matching
 from .alignment import METHODS, AlignResult, align
 from .alignment_map import Alignment, random_alignment
 from .canonical import canonical_skeleton, canonical_state, canonicalize, stream_layout
+from .examples import example_input
 from .lap import linear_assignment
 from .learned import LearnedAlignmentResult, learned_alignment
 from .ops import (
@@ -52,9 +56,10 @@ from .orthogonal_activation import OrthogonalActivationResult, orthogonal_activa
 from .orthogonal_match import OrthogonalMatchResult, orthogonal_weight_matching
 from .spec import PermutationSpec, Segment, axis_index
 from .ste import SteMatchingResult, ste_matching
+from .stream import StreamLayout, traced_layout
 from .symmetry import SymmetrySpec, symmetry_spec
 from .trace import TraceResult, spec_from_model, trace_model
-from .transforms import Invertible, Orthogonal, Permutation, Transform
+from .transforms import Invertible, Orthogonal, Permutation, RopePlanes, Transform
 from .weight_match import (
     SimilarityMatrices,
     WeightMatchingResult,
@@ -102,10 +107,14 @@ __all__ = [
     "OrthogonalMatchResult",
     "Permutation",
     "SymmetrySpec",
+    "RopePlanes",
+    "StreamLayout",
     "Transform",
     "canonical_skeleton",
     "canonical_state",
     "canonicalize",
+    "example_input",
+    "traced_layout",
     "learned_alignment",
     "orthogonal_activation_matching",
     "orthogonal_weight_matching",

@@ -105,8 +105,11 @@ def align(
     if record.canonical:  # the method works in the canonical form: align that
         from .canonical import canonicalize, is_canonical
 
-        if not (is_canonical(model_a) and is_canonical(model_b)):
-            model_a, model_b = canonicalize(model_a), canonicalize(model_b)
+        example = (
+            inputs[:2].to(module_device(model_a)) if isinstance(inputs, torch.Tensor) else None
+        )
+        if not (is_canonical(model_a, example) and is_canonical(model_b, example)):
+            model_a, model_b = canonicalize(model_a, example), canonicalize(model_b, example)
             spec = None  # the given spec (if any) was traced from the original A
         canonical_pair = (model_a, model_b)
     state_a = model_a.state_dict()

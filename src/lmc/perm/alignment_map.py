@@ -32,7 +32,7 @@ import torch
 
 from lmc.config import LmcError
 
-from .heads import check_nested
+from .heads import check_nested, compose_heads, split_heads
 from .ops import check_permutation
 from .spec import AxisEntry, PermutationSpec, axis_index
 from .symmetry import SymmetrySpec
@@ -40,10 +40,14 @@ from .transforms import (
     Invertible,
     Orthogonal,
     Permutation,
+    RopePlanes,
     Transform,
+    act_tiled,
+    is_plane_structured,
     kind_rank,
     read_tensor_file,
 )
+from .within_heads import member_index
 
 METADATA_KEY = "lmc.alignment"
 FORMAT_VERSION = 1
@@ -130,12 +134,18 @@ class Alignment(Mapping[str, Transform]):
         missing = [g for g in sizes if g not in self._t]
         if missing:
             raise LmcError(f"the alignment lacks group {missing[0]!r} of the spec")
-        extra = [g for g in self._t if g not in sizes]
+        within = sym.within if sym is not None else {}
+        extra = [g for g in self._t if g not in sizes and g not in within]
         if extra:
             raise LmcError(f"the alignment has group {extra[0]!r}, which the spec does not know")
-        if all(isinstance(t, Permutation) for t in self._t.values()):
+        if all(isinstance(t, Permutation) for t in self._t.values()) and not any(
+            g in self._t for g in within
+        ):
             check_permutation(pspec, self.to_permutation())
             return
+        for g, w in within.items():
+            if g in self._t:
+                self._check_within(g, w)
         for g, n in sizes.items():
             t = self._t[g]
             if t.size != n:
@@ -164,6 +174,50 @@ class Alignment(Mapping[str, Transform]):
                     "and move them as its permutation does"
                 )
 
+    def _check_within(self, g: str, w: Any) -> None:
+        t, h = self._t[g], self._t[w.head]
+        if t.size != w.size:
+            raise LmcError(f"within group {g!r} has {w.size} units, its transform {t.size}")
+        if not isinstance(h, Permutation):
+            raise LmcError(f"head group {w.head!r} must have a permutation, got a {h.kind} map")
+        if isinstance(t, Permutation):
+            parts = split_heads(t.perm, w.heads)
+            if parts is None or not torch.equal(parts[0], h.perm):
+                raise LmcError(f"the permutation of {g!r} must move whole heads as {w.head!r}")
+            if w.kind == "rope" and not torch.equal(
+                parts[1], torch.arange(w.dim).expand_as(parts[1])
+            ):
+                raise LmcError(
+                    f"{g!r} is under rotary embeddings: permuting dims within its heads would "
+                    "change the function"
+                )
+            return
+        if t.heads != w.heads or not torch.equal(t.head, h.perm):
+            raise LmcError(
+                f"the {t.kind} map of {g!r} must act within the {w.heads} heads of {w.head!r} "
+                "and move them as its permutation does"
+            )
+        if w.kind == "rope" and not is_plane_structured(t.blocks):
+            raise LmcError(
+                f"{g!r} admits one rotation and scaling per frequency plane (rope maps) only, "
+                f"got a general {t.kind} map"
+            )
+
+    def complete(self, spec: AnySpec) -> Alignment:
+        """This alignment with every within group of ``spec`` it lacks made explicit (the head
+        group's permutation, nothing changed within heads), so that it composes (:meth:`then`)
+        with an alignment that has them."""
+        _, sym = _split(spec)
+        out = dict(self._t)
+        for g, w in (sym.within if sym is not None else {}).items():
+            if g not in out:
+                head = out[w.head]
+                if not isinstance(head, Permutation):
+                    raise LmcError(f"head group {w.head!r} must have a permutation")
+                within = torch.arange(w.dim).expand(w.heads, w.dim)
+                out[g] = Permutation(compose_heads(head.perm, within))
+        return Alignment(out)
+
     # ---- applying ---------------------------------------------------------------------------
     def apply(
         self, spec: AnySpec, state_dict: Mapping[str, torch.Tensor]
@@ -174,6 +228,13 @@ class Alignment(Mapping[str, Transform]):
         self.check(spec)
         pspec, sym = _split(spec)
         perms = {g: t.perm for g, t in self._t.items() if isinstance(t, Permutation)}
+        within = {}
+        if sym is not None:
+            within = {
+                key: (g, m, sym.within[g].heads)
+                for key, (g, m) in member_index(sym.within).items()
+                if g in self._t
+            }
         out: dict[str, torch.Tensor] = {}
         for name, tensor in state_dict.items():
             if name not in pspec:
@@ -189,7 +250,9 @@ class Alignment(Mapping[str, Transform]):
                 if entry is None:
                     continue
                 roles = sym.roles[(name, axis)] if sym is not None else None
-                new = self._apply_axis(new, axis, entry, roles, perms)
+                inside = {k: within[(name, axis, k)] for k in range(len(entry))
+                          if (name, axis, k) in within}  # fmt: skip
+                new = self._apply_axis(new, axis, entry, roles, perms, inside)
             out[name] = new.clone() if new is tensor else new
         return out
 
@@ -200,13 +263,18 @@ class Alignment(Mapping[str, Transform]):
         entry: AxisEntry,
         roles: tuple[str | None, ...] | None,
         perms: Mapping[str, torch.Tensor],
+        inside: Mapping[int, Any] | None = None,
     ) -> torch.Tensor:
-        if all(seg.perm is None or seg.perm in perms for seg in entry):  # exactly apply_permutation
-            return x.index_select(axis, axis_index(entry, perms, device=x.device))
+        inside = inside or {}
+        if not inside and all(seg.perm is None or seg.perm in perms for seg in entry):
+            return x.index_select(axis, axis_index(entry, perms, device=x.device))  # exactly
         pieces, offset = [], 0
         for k, seg in enumerate(entry):
             piece = x.narrow(axis, offset, seg.extent)
-            if seg.perm is not None:
+            if k in inside:  # a within group's map (its head order: the head group's)
+                g, member, heads = inside[k]
+                piece = act_tiled(self._t[g], piece, axis, member.role, member.tiles, heads)
+            elif seg.perm is not None:
                 piece = self._t[seg.perm].act(piece, axis, roles[k], seg.repeat)
             pieces.append(piece)
             offset += seg.extent
@@ -283,7 +351,9 @@ def random_alignment(spec: SymmetrySpec, seed: int, kind: str = "invertible") ->
 
     Drawn from one ``torch.Generator``: a ``randperm`` per group not nested in heads (sorted
     names), then each nested group (sorted) within its head group's permutation, then a dense
-    orthogonal / invertible map for the non-nested groups that get one. With
+    orthogonal / invertible map for the non-nested groups that get one, then (unless
+    ``kind="permutation"``) one map per within group of the spec (``rope`` groups: per-plane
+    rotations for ``orthogonal``, rotations and scalings for ``invertible``). With
     ``kind="permutation"`` this is exactly :func:`lmc.perm.random_permutation`'s permutation.
     """
     if not isinstance(spec, SymmetrySpec):
@@ -305,6 +375,15 @@ def random_alignment(spec: SymmetrySpec, seed: int, kind: str = "invertible") ->
     for g in sorted(out):
         if g not in heads and chosen(g) != "permutation":
             out[g] = classes[chosen(g)].random(sizes[g], gen)
+    if cap > 0:  # maps within heads the permutation spec keeps in place
+        for g, w in spec.within.items():
+            head = out[w.head].perm
+            if w.kind == "rope":
+                out[g] = RopePlanes.random(w.size, gen, heads=w.heads, head=head,
+                                           spread=1.0 if cap == 1 else 2.0)  # fmt: skip
+            else:
+                cls = classes[("permutation", "orthogonal", "invertible")[min(cap, 2)]]
+                out[g] = cls.random(w.size, gen, heads=w.heads, head=head)
     return Alignment(out)
 
 

@@ -11,6 +11,13 @@ group g, applied on top of B₁:
   within a head: ``head_maps = "orthogonal"`` (default) learns the orthogonal subgroup,
   ``"invertible"`` the invertible maps. MLP units keep their matched permutation (an
   elementwise nonlinearity admits nothing else).
+- with ``heads``, every *within group* of the spec (:mod:`lmc.perm.within_heads`: dims within
+  heads that the permutation spec keeps in place). Under rotary embeddings (kind ``rope``) the
+  map is parametrised per head and frequency plane by an angle φ and, with ``head_maps =
+  "invertible"``, a log-scale u: the plane's block is e^u R(φ) on q and e^{−u} R(φ) on k
+  (:class:`lmc.perm.transforms.RopePlanes`), so q·k and RoPE are kept exactly; grouped-query
+  attention's shared maps (kind ``invertible``) are learned as the nested groups' are, one
+  block per key/value head, the same on each query head that reads it.
 
 Each orthogonal R_g = exp(S_g − S_gᵀ) (the matrix exponential of a skew-symmetric matrix:
 always orthogonal); each invertible one R_g = exp(S_g) (always invertible, with determinant
@@ -48,7 +55,8 @@ from .alignment_map import Alignment
 from .orthogonal_match import default_orthogonal_groups, orthogonal_weight_matching
 from .ste import aliased_names, holdout_split
 from .symmetry import SymmetrySpec
-from .transforms import Invertible, Orthogonal, Permutation, act_blocks
+from .transforms import Invertible, Orthogonal, Permutation, RopePlanes, act_blocks, plane_blocks
+from .within_heads import member_index
 
 #: How λ is drawn at each step (module docstring).
 LAMBDA_SAMPLING = ("uniform", "midpoint")
@@ -88,17 +96,33 @@ def learnable_groups(spec: SymmetrySpec, heads: bool = True) -> dict[str, int]:
         for g, (_, count) in spec.spec.heads.items():
             if g in spec.kinds and spec.kinds[g] in ("orthogonal", "invertible"):
                 out[g] = int(count)
+        for g, w in spec.within.items():
+            out[g] = int(w.heads)
     return out
 
 
+def _shape(blocks: int, d: int, planes: bool) -> tuple[int, ...]:
+    """The parameter's shape: (blocks, d, d), or (blocks, 2, d/2) for rotary planes."""
+    return (blocks, 2, d // 2) if planes else (blocks, d, d)
+
+
 def _rotations(
-    skews: Mapping[str, torch.Tensor], invertible: frozenset[str] = frozenset()
+    skews: Mapping[str, torch.Tensor],
+    invertible: frozenset[str] = frozenset(),
+    planes: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Per group, the (blocks, d, d) maps ``(R, R⁻ᵀ)``: the orthogonal exp(S − Sᵀ) (both the
-    same), or for a group in ``invertible`` exp(S) and exp(−Sᵀ)."""
+    same), or for a group in ``invertible`` exp(S) and exp(−Sᵀ); for a group in ``planes``
+    (rotary q/k) ``S`` is (blocks, 2, d/2): angles φ and log-scales u, R = e^u R(φ) per plane
+    and R⁻ᵀ = e^{−u} R(φ) (:func:`lmc.perm.transforms.plane_blocks`)."""
     out = {}
     for g, s in skews.items():
-        if g in invertible:
+        if g in planes:
+            angle, log_s = s[:, 0], s[:, 1]
+            c, sn = torch.cos(angle), torch.sin(angle)
+            scale = log_s.exp()
+            out[g] = (plane_blocks(scale * c, scale * sn), plane_blocks(c / scale, sn / scale))
+        elif g in invertible:
             out[g] = (torch.linalg.matrix_exp(s), torch.linalg.matrix_exp(-s.transpose(1, 2)))
         else:
             r = torch.linalg.matrix_exp(s - s.transpose(1, 2))
@@ -116,17 +140,25 @@ def _apply_rotations(
     orthogonal map the two are the same)."""
     pspec = spec.spec
     out = dict(state)
+    inside = {key: gm for key, gm in member_index(spec.within).items() if gm[0] in rotations}
     for name in pspec.permuted_names:
         if name not in state:
             continue
         x = state[name]
         for axis, entry in enumerate(pspec[name]):
-            if entry is None or not any(seg.perm in rotations for seg in entry):
+            if entry is None or not any(
+                seg.perm in rotations or (name, axis, k) in inside for k, seg in enumerate(entry)
+            ):
                 continue
             pieces, offset = [], 0
             for k, seg in enumerate(entry):
                 piece = x.narrow(axis, offset, seg.extent)
-                if seg.perm in rotations:
+                if (name, axis, k) in inside:  # a within group: R on each query head's copy
+                    g, member = inside[(name, axis, k)]
+                    forward, inverse_t = rotations[g]
+                    blocks = (inverse_t if member.role == "in" else forward).to(piece.dtype)
+                    piece = _act_tiles(piece, blocks, axis, member.tiles)
+                elif seg.perm in rotations:
                     forward, inverse_t = rotations[seg.perm]
                     role = spec.role(name, axis, k)
                     if role == "norm":
@@ -141,6 +173,15 @@ def _apply_rotations(
             x = torch.cat(pieces, dim=axis)
         out[name] = x
     return out
+
+
+def _act_tiles(x: torch.Tensor, blocks: torch.Tensor, axis: int, tiles: int) -> torch.Tensor:
+    """``blocks`` (heads, d, d) applied to an axis of heads × tiles × d (differentiable)."""
+    h, d = blocks.shape[0], blocks.shape[1]
+    moved = x.movedim(axis, -1)
+    lead = moved.shape[:-1]
+    y = torch.einsum("hij,...htj->...hti", blocks, moved.reshape(*lead, h, tiles, d))
+    return y.reshape(*lead, h * tiles * d).movedim(-1, axis)
 
 
 def learned_alignment(
@@ -205,18 +246,24 @@ def learned_alignment(
     invertible = frozenset(
         g
         for g in groups
-        if head_maps == "invertible" and g in spec.heads and spec.kinds[g] == "invertible"
+        if head_maps == "invertible"
+        and (g in spec.heads or g in spec.within)
+        and spec.kinds[g] in ("invertible", "rope")
     )
+    planes = frozenset(g for g in groups if g in spec.within and spec.within[g].kind == "rope")
     if head_maps == "invertible" and not invertible:
         raise LmcError(
             "head_maps='invertible' learns maps within heads, but there are none to learn: it "
             "needs heads=True and attention with more than one head"
         )
+    sizes = {**sizes, **{g: w.size for g, w in spec.within.items()}}
     skews = {
-        g: torch.zeros(h, sizes[g] // h, sizes[g] // h, device=device, requires_grad=True)
+        g: torch.zeros(*_shape(h, sizes[g] // h, g in planes), device=device, requires_grad=True)
         for g, h in groups.items()
     }
-    optimizer = torch.optim.Adam(list(skews.values()), lr=lr)
+    params = list(skews.values())
+    fixed_scale = {g for g in planes if g not in invertible}  # rotations only: u stays 0
+    optimizer = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(int(seed))
 
     def point(lam: float | torch.Tensor, rotations) -> dict[str, torch.Tensor]:
@@ -233,7 +280,9 @@ def learned_alignment(
                                    y_hold))  # fmt: skip
 
     def snapshot() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        return _rotations({g: s.detach().double().cpu() for g, s in skews.items()}, invertible)
+        return _rotations(
+            {g: s.detach().double().cpu() for g, s in skews.items()}, invertible, planes
+        )
 
     train_losses: list[float] = []
     with preserved_modes(model_a):
@@ -247,11 +296,13 @@ def learned_alignment(
                 order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
             idx, order = order[:batch_size].to(device), order[batch_size:]
             lam = 0.5 if lambdas == "midpoint" else float(torch.rand((), generator=gen))
-            rotations = _rotations(skews, invertible)
+            rotations = _rotations(skews, invertible, planes)
             out = functional_call(model_a, point(lam, rotations), (x_train[idx],))
             loss = task.loss(out, y_train[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            for g in fixed_scale:
+                skews[g].grad[:, 1] = 0
             optimizer.step()
             train_losses.append(float(loss.detach()))
             if step % eval_every == 0 or step == steps:
@@ -260,16 +311,15 @@ def learned_alignment(
                 if value < best_loss:
                     best, best_loss, best_step = current, value, step
 
+    def transform(g: str, size: int):
+        if g not in best:
+            return Permutation.identity(size)
+        cls = RopePlanes if g in planes else Invertible if g in invertible else Orthogonal
+        return cls(torch.arange(best[g][0].shape[0]), best[g][0])
+
     learned = Alignment(
-        {
-            g: (Invertible if g in invertible else Orthogonal)(
-                torch.arange(best[g][0].shape[0]), best[g][0]
-            )
-            if g in best
-            else Permutation.identity(size)
-            for g, size in sizes.items()
-        }
-    )
+        {g: transform(g, n) for g, n in sizes.items() if g not in spec.within or g in best}
+    ).complete(spec)
     distance = {
         g: float(
             torch.linalg.matrix_norm(r - torch.eye(r.shape[1], dtype=r.dtype))
@@ -281,7 +331,7 @@ def learned_alignment(
         for g, (r, _) in best.items()
     }
     return LearnedAlignmentResult(
-        alignment=closed.alignment.then(learned),
+        alignment=closed.alignment.complete(spec).then(learned),
         closed_form=closed.alignment,
         learned_groups=tuple(groups),
         initial_loss=initial_loss,

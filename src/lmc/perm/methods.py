@@ -176,11 +176,12 @@ class AlignmentMethod:
     """One alignment method (see the module docstring).
 
     ``function(job, **settings) -> MethodOutput``; ``description``: one line for ``--help`` and
-    the docs; ``needs_data``: it reads training examples (not only two rows to trace the model);
-    ``needs_labels``: it also reads their targets (implies ``needs_data``); ``canonical``: it
-    aligns the pair's canonical forms (:mod:`lmc.perm.canonical`: LayerNorms folded, the stream
-    centred, RMSNorms; pre-LN transformers only): :func:`lmc.perm.align` canonicalises both
-    models first and the job holds the canonical pair, whose stream admits orthogonal maps.
+    the docs; ``needs_data``: it reads training examples (not only two rows to trace the
+    model); ``needs_labels``: it also reads their targets (implies ``needs_data``);
+    ``canonical``: it aligns the pair's canonical forms (:mod:`lmc.perm.canonical`: LayerNorms
+    folded, the stream centred, RMSNorms; pre-norm transformers, LayerNorm or RMSNorm, read off
+    the traced graph): :func:`lmc.perm.align` canonicalises both models first and the job holds
+    the canonical pair, whose stream admits orthogonal maps.
     """
 
     name: str

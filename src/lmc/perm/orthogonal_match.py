@@ -169,11 +169,14 @@ def _only(
 
 
 def default_orthogonal_groups(spec: SymmetrySpec) -> list[str]:
-    """The groups not nested in heads that admit orthogonal maps (the residual stream)."""
+    """The groups not nested in heads that admit orthogonal maps (the residual stream); the
+    spec's within groups (maps within heads, :mod:`lmc.perm.within_heads`) are not."""
     return [
         g
         for g, kind in spec.kinds.items()
-        if kind_rank(kind) >= kind_rank("orthogonal") and g not in spec.heads
+        if kind_rank(kind) >= kind_rank("orthogonal")
+        and g not in spec.heads
+        and g not in spec.within
     ]
 
 

@@ -53,6 +53,9 @@ from lmc.config import LmcError
 from .heads import compose_heads, split_heads
 
 KINDS = ("permutation", "orthogonal", "invertible")
+#: Kinds restricted in structure as well as in generality: ``rope`` (per frequency plane of a
+#: head, one rotation and scaling; an invertible map, an orthogonal one at unit modulus)
+STRUCTURED_KINDS = ("rope",)
 ROLES = ("out", "in", "norm")
 ORTHOGONAL_TOL = 1e-6  # max |MᵀM - I| entry accepted as orthogonal (float64 blocks)
 MAX_CONDITION = 1e8  # condition number above which a block is refused as not invertible
@@ -60,7 +63,10 @@ METADATA_KEY = "lmc.transform"
 
 
 def kind_rank(kind: str) -> int:
-    """0 for permutation, 1 for orthogonal, 2 for invertible (the generality order)."""
+    """0 for permutation, 1 for orthogonal, 2 for invertible (the generality order); a
+    structured kind ranks as the general kind its maps belong to (``rope``: invertible)."""
+    if kind == "rope":
+        return 2
     if kind not in KINDS:
         raise LmcError(f"unknown transform kind {kind!r}: choose one of {', '.join(KINDS)}")
     return KINDS.index(kind)
@@ -134,8 +140,8 @@ class Transform(ABC):
         try:
             if kind == "permutation":
                 out: Transform = Permutation(tensors["perm"])
-            elif kind in ("orthogonal", "invertible"):
-                cls = Orthogonal if kind == "orthogonal" else Invertible
+            elif kind in ("orthogonal", "invertible", "rope"):
+                cls = {"orthogonal": Orthogonal, "invertible": Invertible, "rope": RopePlanes}[kind]
                 out = cls(tensors["head"], tensors["blocks"])
             else:
                 raise LmcError(f"unknown transform kind {kind!r} in a saved transform")
@@ -403,6 +409,8 @@ class _LinearMap(Transform):
             first, second = self.dense(), second.dense()
         head = first.head[second.head]
         blocks = second.blocks @ first.blocks[second.head]
+        if "rope" in (self.kind, second.kind) and is_plane_structured(blocks):
+            return RopePlanes(head, blocks)
         cls = Orthogonal if self.kind == second.kind == "orthogonal" else Invertible
         return cls(head, blocks)
 
@@ -499,6 +507,105 @@ class Invertible(_LinearMap):
         return cls(head, u @ torch.diag_embed(log_s.exp()) @ v)
 
 
+PLANE_TOL = 1e-9  # max entry off the per-plane structure accepted (float64 blocks)
+
+
+def plane_blocks(alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """The (heads, d, d) blocks of per-plane complex scalars ``alpha + i beta`` (each (heads,
+    d/2)), in the half-split (``rotate_half``) convention: plane ``p`` is dims ``p`` and
+    ``p + d/2``, mapped by ``[[alpha, -beta], [beta, alpha]]`` (differentiable)."""
+    a, b = torch.diag_embed(alpha), torch.diag_embed(beta)
+    return torch.cat((torch.cat((a, -b), dim=-1), torch.cat((b, a), dim=-1)), dim=-2)
+
+
+def is_plane_structured(blocks: torch.Tensor, tol: float = PLANE_TOL) -> bool:
+    """Whether every block is :func:`plane_blocks` of some complex scalars."""
+    d = blocks.shape[-1]
+    if d % 2:
+        return False
+    h = d // 2
+    alpha = torch.diagonal(blocks[..., :h, :h], dim1=-2, dim2=-1)
+    beta = torch.diagonal(blocks[..., h:, :h], dim1=-2, dim2=-1)
+    scale = max(1.0, float(blocks.abs().max()))
+    return float((blocks - plane_blocks(alpha, beta)).abs().max()) <= tol * scale
+
+
+class RopePlanes(_LinearMap):
+    """The largest within-head group that commutes with rotary position embeddings (Tran et
+    al., ICML 2026): per head, per frequency plane (dims ``p`` and ``p + d/2``, Hugging Face's
+    ``rotate_half`` convention), one rotation and scaling, a complex scalar ``z = s e^{iφ}``
+    (:func:`plane_blocks`). On the q side (role ``out``) a plane is mapped by ``z``; on the k
+    side (``in``) by ``M⁻ᵀ``, i.e. ``e^{iφ}/s``, so ``q·k`` and RoPE's rotations are kept. Heads
+    may be reordered by ``head`` as every head-structured map."""
+
+    kind: ClassVar[str] = "rope"
+
+    def _validate(self) -> None:
+        if not is_plane_structured(self._blocks):
+            raise LmcError(
+                "the blocks are not one rotation and scaling per frequency plane (dims p and "
+                "p + d/2 of each head)"
+            )
+        d = self._blocks.shape[1]
+        alpha = torch.diagonal(self._blocks[:, : d // 2, : d // 2], dim1=-2, dim2=-1)
+        beta = torch.diagonal(self._blocks[:, d // 2 :, : d // 2], dim1=-2, dim2=-1)
+        modulus = (alpha.pow(2) + beta.pow(2)).sqrt()
+        if float(modulus.min()) <= 0 or float(modulus.max() / modulus.min()) > MAX_CONDITION:
+            raise LmcError("a plane's scaling is zero or the scalings span too wide a range")
+
+    def _block_inverse(self) -> torch.Tensor:
+        return torch.linalg.inv(self._blocks)
+
+    @classmethod
+    def random(
+        cls,
+        n: int,
+        seed: int | torch.Generator,
+        heads: int = 1,
+        head: torch.Tensor | None = None,
+        spread: float = 2.0,
+    ) -> RopePlanes:
+        """Uniform angles and ``log s`` uniform in ``[-log spread, log spread]`` (``spread=1``:
+        rotations only, an orthogonal map)."""
+        gen = _generator(seed)
+        d = _head_dim(n, heads)
+        if d % 2:
+            raise LmcError(f"rotary planes need an even head dimension, got {d}")
+        if head is None:
+            head = torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
+        angle = torch.rand(heads, d // 2, generator=gen, dtype=torch.float64) * 2 * torch.pi
+        log_s = (torch.rand(heads, d // 2, generator=gen, dtype=torch.float64) * 2 - 1) * float(
+            torch.log(torch.tensor(float(spread), dtype=torch.float64))
+        )
+        s = log_s.exp()
+        return cls(head, plane_blocks(s * angle.cos(), s * angle.sin()))
+
+
+def act_tiled(
+    transform: Transform,
+    x: torch.Tensor,
+    axis: int,
+    role: str = "out",
+    tiles: int = 1,
+    heads: int = 1,
+) -> torch.Tensor:
+    """``x`` with ``transform`` (``n = heads × d`` units) applied along an ``axis`` that holds
+    ``heads × tiles × d`` entries: head ``a``'s ``d`` units appear ``tiles`` times in a row
+    (grouped-query attention: the q rows and output-projection columns of the query heads that
+    share key/value head ``a``); every copy is mapped alike."""
+    if tiles == 1:
+        return transform.act(x, axis, role)
+    n = transform.size
+    d = n // heads
+    _check_axis(x, axis, n * tiles)
+    moved = x.movedim(axis, -1)
+    lead = moved.shape[:-1]
+    parts = moved.reshape(*lead, heads, tiles, d).transpose(-3, -2).reshape(*lead, tiles, n)
+    y = transform.act(parts, -1, role)
+    y = y.reshape(*lead, tiles, heads, d).transpose(-3, -2).reshape(*lead, n * tiles)
+    return y.movedim(-1, axis)
+
+
 def compose(first: Transform, second: Transform) -> Transform:
     """``first`` followed by ``second`` (see :meth:`Transform.then`)."""
     return first.then(second)
@@ -513,7 +620,8 @@ def random_transform(
 ) -> Transform:
     """A random element of ``kind`` over ``n`` units (``heads``: block structure)."""
     kind_rank(kind)
-    cls = {"permutation": Permutation, "orthogonal": Orthogonal, "invertible": Invertible}[kind]
+    cls = {"permutation": Permutation, "orthogonal": Orthogonal, "invertible": Invertible,
+           "rope": RopePlanes}[kind]  # fmt: skip
     return cls.random(n, seed, heads=heads, head=head)
 
 
@@ -523,8 +631,13 @@ __all__ = [
     "Invertible",
     "Orthogonal",
     "Permutation",
+    "RopePlanes",
+    "act_tiled",
+    "STRUCTURED_KINDS",
     "Transform",
     "compose",
+    "is_plane_structured",
+    "plane_blocks",
     "haar_orthogonal",
     "kind_rank",
     "random_transform",

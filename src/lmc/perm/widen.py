@@ -207,12 +207,13 @@ def embed_transformer(narrow: nn.Module, wide: nn.Module, example_input) -> nn.M
     both models accept (two rows are enough), to trace their symmetry specs. Neither model is
     changed; the result is in ``narrow``'s dtype and on its device. Raises ``LmcError`` when
     ``narrow`` does not fit into ``wide``."""
-    small = narrow if is_canonical(narrow) else canonicalize(narrow)
+    x = example_input
+    small = narrow if is_canonical(narrow, x) else canonicalize(narrow, x)
     param = next(small.parameters())
-    big = canonical_skeleton(wide).to(dtype=param.dtype, device=param.device)
+    big = canonical_skeleton(wide, x).to(dtype=param.dtype, device=param.device)
     spec_n, spec_w = symmetry_spec(small, example_input), symmetry_spec(big, example_input)
     head_groups = {h for h, _ in spec_w.spec.heads.values()}  # a one-head model has none
-    width_n, width_w = stream_layout(small).width, stream_layout(big).width
+    width_n, width_w = stream_layout(small, x).width, stream_layout(big, x).width
     if spec_n.spec.heads and not spec_w.spec.heads:
         heads_n = max(h for _, h in spec_n.spec.heads.values())
         raise _exceeds("heads", heads_n, 1, width_n, width_w)

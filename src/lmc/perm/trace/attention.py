@@ -533,14 +533,17 @@ def multihead_attention_module(st: TraceState, node: fx.Node) -> None:
         for segs in ins:
             st.bind(w, 1, segs)
         if isinstance(query, fx.Node) and st.shape(query) is not None:
-            st.consumers.append(LayerRecord(w, 1, query.name, len(st.shape(query)) - 1))
+            bias = f"{name}.in_proj_bias" if mod.in_proj_bias is not None else None
+            st.consumers.append(
+                LayerRecord(w, 1, query.name, len(st.shape(query)) - 1, node.name, bias)
+            )
     else:
         for t, proj, segs, out in zip((query, key, value), "qkv", ins, (s_qk, s_qk, s_vo)):
             w = f"{name}.{proj}_proj_weight"
             st.bind(w, 0, out)
             st.bind(w, 1, segs)
             if isinstance(t, fx.Node) and st.shape(t) is not None:
-                st.consumers.append(LayerRecord(w, 1, t.name, len(st.shape(t)) - 1))
+                st.consumers.append(LayerRecord(w, 1, t.name, len(st.shape(t)) - 1, node.name))
     if mod.in_proj_bias is not None:
         st.bind(f"{name}.in_proj_bias", 0, s_qk + s_qk + s_vo)
     for b, segs in (("bias_k", s_qk), ("bias_v", s_vo)):

@@ -66,9 +66,9 @@ def linear(
     out = st.shape(node)
     st.env[node] = Layout(len(out) - 1, segs) if segs and out else None
     if xs is not None:
-        st.consumers.append(LayerRecord(wname, in_axis, x.name, len(xs) - 1))
+        st.consumers.append(LayerRecord(wname, in_axis, x.name, len(xs) - 1, node.name, bname))
     if out is not None:
-        st.producers.append(LayerRecord(wname, out_axis, node.name, len(out) - 1))
+        st.producers.append(LayerRecord(wname, out_axis, node.name, len(out) - 1, node.name, bname))
 
 
 def linear_module(st: TraceState, node: fx.Node) -> None:
@@ -146,9 +146,9 @@ def conv(
         st.bind(bname, 0, segs)
     st.env[node] = Layout(1, segs) if segs and out else None
     if xs is not None:
-        st.consumers.append(LayerRecord(wname, in_axis, x.name, 1))
+        st.consumers.append(LayerRecord(wname, in_axis, x.name, 1, node.name, bname))
     if out is not None:
-        st.producers.append(LayerRecord(wname, out_axis, node.name, 1))
+        st.producers.append(LayerRecord(wname, out_axis, node.name, 1, node.name, bname))
 
 
 def conv_module(st: TraceState, node: fx.Node) -> None:
@@ -214,7 +214,7 @@ def embedding_module(st: TraceState, node: fx.Node) -> None:
     st.bind(wname, 0, None)
     out = st.shape(node)
     st.env[node] = Layout(len(out) - 1, segs) if segs and out else None
-    st.producers.append(LayerRecord(wname, 1, node.name, len(out or ()) - 1))
+    st.producers.append(LayerRecord(wname, 1, node.name, len(out or ()) - 1, node.name))
 
 
 def embedding_function(st: TraceState, node: fx.Node) -> None:
@@ -232,7 +232,7 @@ def embedding_function(st: TraceState, node: fx.Node) -> None:
     st.bind(wname, 0, None)
     out = st.shape(node)
     st.env[node] = Layout(len(out) - 1, segs) if segs and out else None
-    st.producers.append(LayerRecord(wname, 1, node.name, len(out or ()) - 1))
+    st.producers.append(LayerRecord(wname, 1, node.name, len(out or ()) - 1, node.name))
 
 
 # ---- norms -----------------------------------------------------------------------------------

@@ -18,19 +18,33 @@ wider; a nested group whose heads move in blocks keeps its dims within heads in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..spec import PermutationSpec, Segment
-from .state import UNBOUND, LayerRecord, Seg, TraceState
+from .state import UNBOUND, LayerRecord, Layout, Seg, TraceState
 
 
 @dataclass
 class TraceResult:
-    """The derived spec plus what activation matching needs: where each weight reads/writes."""
+    """The derived spec plus what activation matching needs: where each weight reads/writes.
+
+    Also what the stream layout (:mod:`lmc.perm.stream`) and the within-head groups
+    (:mod:`lmc.perm.within_heads`) read off the walk: ``graph``, the graph walked;
+    ``node_groups``, for every node whose value carries permuted units, ``(dim, groups)``
+    (``dim``: the unit dim of a plain layout, ``None`` for heads, tuples and stacks; the spec's
+    group names it carries); ``collapsed``, for every spec segment that is a head group's
+    whose dims within heads stay in place, ``(name, axis, segment) -> (nested group id, d)``
+    (the nested group's union-find id, the same for the q rows of every layer that share it,
+    and its dims per head).
+    """
 
     spec: PermutationSpec
     consumers: list[LayerRecord] = field(default_factory=list)
     producers: list[LayerRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    graph: Any = None
+    node_groups: dict[str, tuple[int | None, tuple[str, ...]]] = field(default_factory=dict)
+    collapsed: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
 
 
 class _GroupNames:
@@ -63,6 +77,7 @@ def build_result(st: TraceState) -> TraceResult:
 
     uf = st.uf
     heads: dict[str, tuple[str, int]] = {}
+    Resolved = list[tuple[Segment, tuple[int, int] | None]]
 
     def plain(group: int, size: int, repeat: int) -> Segment:
         r = uf.find(group)
@@ -71,34 +86,63 @@ def build_result(st: TraceState) -> TraceResult:
             return plain(blocks, size // factor, repeat * factor)
         return Segment(name_of(group), size, repeat)
 
-    def resolve(s: Seg) -> list[Segment]:
+    def resolve(s: Seg, nested: dict[str, tuple[str, int]]) -> Resolved:
         if s.group is None:
-            return [Segment(None, s.size, s.repeat)]
+            return [(Segment(None, s.size, s.repeat), None)]
         r = uf.find(s.group)
         if uf.parts[r] is not None and not uf.frozen[r]:
-            out: list[Segment] = []
+            out: Resolved = []
             for c in uf.parts[r]:
-                out.extend(resolve(Seg(c, uf.size[uf.find(c)], s.repeat)))
+                out.extend(resolve(Seg(c, uf.size[uf.find(c)], s.repeat), nested))
             return out
         nest = uf.nest[r]
         if nest is None or uf.frozen[r]:
-            return [plain(s.group, s.size, s.repeat)]
+            return [(plain(s.group, s.size, s.repeat), None)]
         head, n_heads = uf.find(nest[0]), nest[1]
         if uf.is_frozen(head):
-            return [Segment(None, s.size, s.repeat)]
+            return [(Segment(None, s.size, s.repeat), None)]
         if uf.within_frozen[r] or uf.coarse[head] is not None:
-            return [plain(head, n_heads, s.repeat * (s.size // n_heads))]
+            d = s.size // n_heads
+            return [(plain(head, n_heads, s.repeat * d), (r, d) if s.repeat == 1 else None)]
         name = name_of(s.group)
         head_name = name_of(head)
         if name is not None and head_name is not None:
-            heads[name] = (head_name, n_heads)
-        return [Segment(name, s.size, s.repeat)]
+            nested[name] = (head_name, n_heads)
+        return [(Segment(name, s.size, s.repeat), None)]
 
-    def entry(segs: tuple[Seg, ...] | None | object) -> list[Segment] | None:
+    collapsed: dict[tuple[str, int, int], tuple[int, int]] = {}
+
+    def entry(name: str, axis: int, segs: tuple[Seg, ...] | None | object) -> list[Segment] | None:
         if segs is UNBOUND or segs is None:
             return None
-        return [r for s in segs for r in resolve(s)]
+        out = [r for s in segs for r in resolve(s, heads)]
+        for k, (seg, within) in enumerate(out):
+            if within is not None and seg.perm is not None:
+                collapsed[(name, axis, k)] = within
+        return [seg for seg, _ in out]
 
-    axes = {name: [entry(segs) for segs in st.bind_map[st.alias[name]]] for name in st.shapes}
+    axes = {
+        name: [entry(name, a, segs) for a, segs in enumerate(st.bind_map[st.alias[name]])]
+        for name in st.shapes
+    }
     spec = PermutationSpec(axes, st.shapes, heads)
-    return TraceResult(spec, st.consumers, st.producers, list(st.messages))
+    return TraceResult(
+        spec, st.consumers, st.producers, list(st.messages), st.gm,
+        _node_groups(st, lambda s: [seg for seg, _ in resolve(s, {})]), collapsed,
+    )  # fmt: skip
+
+
+def _node_groups(st: TraceState, resolve: Any) -> dict[str, tuple[int | None, tuple[str, ...]]]:
+    """``node name -> (unit dim or None, group names)`` of every node with a live layout."""
+    out: dict[str, tuple[int | None, tuple[str, ...]]] = {}
+    for node in st.gm.graph.nodes:
+        lay = st.layout(node) if node in st.env else None
+        if lay is None:
+            continue
+        segs = lay.segs if hasattr(lay, "segs") else ()
+        names = tuple(
+            dict.fromkeys(seg.perm for s in segs for seg in resolve(s) if seg.perm is not None)
+        )
+        if names:
+            out[node.name] = (lay.dim if type(lay) is Layout else None, names)
+    return out

@@ -271,13 +271,17 @@ class LayerRecord:
 
     ``weight``: the weight's state name; ``axis``: the weight axis that indexes the value's
     units; ``node``: the fx node whose value the layer reads (consumer) or produces
-    (producer); ``dim``: the dimension of that value holding the units.
+    (producer); ``dim``: the dimension of that value holding the units; ``layer``: the node
+    of the layer itself (empty where not recorded); ``bias``: the state name of the layer's
+    bias (``None``: none, or not recorded).
     """
 
     weight: str
     axis: int
     node: str
     dim: int
+    layer: str = ""
+    bias: str | None = None
 
 
 class TraceState:

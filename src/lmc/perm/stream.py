@@ -1,0 +1,744 @@
+"""The residual stream of a transformer, read off its traced graph (not its class).
+
+The graph that yields the permutation spec (:mod:`lmc.perm.trace`) also says where the stream
+is and how it is used:
+
+- *the stream* is the permutation group that the most residual additions join (an ``add``
+  whose operands all carry it; the embeddings open it); none: no residual stream;
+- *its norms* are modules whose part of the graph reads one value of the stream and returns one
+  value carrying it, whose own parameters are vectors over its features, and that compute,
+  checked numerically on the example input, ``(x − μ)/√(σ² + ε)·g + b`` (LayerNorm, with or
+  without ``g`` and ``b``) or ``x/√(mean(x²) + ε)·g`` (RMSNorm, with or without ``g``) over the
+  last dim, which parameter is ``g`` and which ``b`` found the same way — whatever the class
+  (``nn.LayerNorm``, ``nn.RMSNorm``, Hugging Face's ``LlamaRMSNorm``, a user's own). The
+  check runs on a float64 copy with every parameter redrawn (so a gain of ones or a centred
+  stream at initialisation cannot hide which it is); ε is the module's (``eps``,
+  ``variance_epsilon``, ``epsilon``), else estimated from its output on a scaled input;
+- *its writers* are the tensors whose axis carries the stream as a layer's output (role
+  ``out``: embedding features, output projections' rows and biases, class and position
+  tokens); *its readers*, per norm, the weight layers that read that norm's output (through
+  views, casts, dropout, token selection and pooling only).
+
+Every value carrying the stream is followed from the embeddings on. What lmc cannot fold is
+refused with an ``LmcError`` naming the module or node and why: a norm's output added back into
+the stream (post-LN, as BERT: the norm sits on the stream itself), a layer that reads the
+stream without a norm, an op that an orthogonal map of the stream does not commute with (an
+elementwise nonlinearity or scale, a reduction over the features), an elementwise parameter of
+the stream that no norm owns, LayerNorms mixed with RMSNorms. The permutation spec is
+unaffected: permutations keep working on such models.
+
+The layout is a function of the architecture only, so it is cached by the model's structure
+(module types and names, parameter names, shapes, dtypes and tying, simple attributes such as
+ε, a Hugging Face config).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from lmc.config import LmcError
+
+from .examples import example_input as make_example
+from .examples import unwrap
+from .roles import NORM_TYPES, derive_roles
+from .trace import TraceResult, trace_model
+from .trace.handlers import function_name
+from .trace.tables import (
+    EXPANDS,
+    METADATA,
+    METADATA_ATTRS,
+    PERMUTES,
+    RESHAPES,
+    TRANSPOSES,
+)
+
+NORM_KINDS = ("layer", "rms")
+EPS_ATTRIBUTES = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "norm_eps")
+#: relative error below which a module is taken to compute a norm (it may compute in float32)
+FIT_TOL = 1e-4
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A weight layer that reads a norm's output: its module name, the weight axis of its
+    input features (1 for ``nn.Linear``'s ``(out, in)`` weight, 0 for Hugging Face's ``Conv1D``
+    and ``x @ W``), the weight's state name (default ``<module>.weight``) and its bias's
+    (``None``: none)."""
+
+    module: str
+    in_axis: int
+    weight: str = ""
+    bias: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.weight:
+            object.__setattr__(self, "weight", f"{self.module}.weight")
+
+
+@dataclass(frozen=True)
+class NormSite:
+    """One norm of the stream (module name), the layers that read its output, what it computes
+    (``kind``: ``layer`` or ``rms``, its ``eps``) and the state names of its gain and bias
+    (``None``: absent)."""
+
+    norm: str
+    readers: tuple[Reader, ...]
+    kind: str = "layer"
+    eps: float | None = 1e-5
+    gain: str | None = None
+    bias: str | None = None
+
+    @property
+    def parameter_free_rms(self) -> bool:
+        return self.kind == "rms" and self.gain is None and self.bias is None
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    """Where a pre-norm transformer's residual stream is written and read.
+
+    ``width``: its features; ``writers``: ``(state name, feature axis)`` of every tensor whose
+    values are added into the stream; ``norms``: every norm on the stream with its readers, the
+    final norm (read by the head) included; ``group``: the stream's group in the traced spec;
+    ``tied``: the names of each tensor shared under several names among the writers and
+    readers; ``heads``: the spec's nested groups (``group -> (head group, heads)``).
+    """
+
+    width: int
+    writers: tuple[tuple[str, int], ...]
+    norms: tuple[NormSite, ...]
+    group: str = ""
+    tied: tuple[tuple[str, ...], ...] = ()
+    heads: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+
+    @property
+    def readers(self) -> tuple[Reader, ...]:
+        return tuple(r for site in self.norms for r in site.readers)
+
+    @property
+    def centred(self) -> bool:
+        """Whether some norm subtracts the mean (the canonical form then centres the writers)."""
+        return any(site.kind == "layer" for site in self.norms)
+
+    @property
+    def canonical(self) -> bool:
+        """Whether every norm is a parameter-free RMSNorm (the stream admits rotations)."""
+        return all(site.parameter_free_rms for site in self.norms)
+
+    def prefixed(self, prefix: str) -> StreamLayout:
+        """The same layout with every name prefixed (a model inside a wrapper)."""
+        if not prefix:
+            return self
+
+        def reader(r: Reader) -> Reader:
+            bias = None if r.bias is None else prefix + r.bias
+            return Reader(prefix + r.module, r.in_axis, prefix + r.weight, bias)
+
+        def name(n: str | None) -> str | None:
+            return None if n is None else prefix + n
+
+        norms = tuple(
+            NormSite(prefix + s.norm, tuple(map(reader, s.readers)), s.kind, s.eps,
+                     name(s.gain), name(s.bias))
+            for s in self.norms
+        )  # fmt: skip
+        return StreamLayout(
+            self.width,
+            tuple((prefix + n, a) for n, a in self.writers),
+            norms,
+            self.group,
+            tuple(tuple(prefix + n for n in names) for names in self.tied),
+            dict(self.heads),
+        )
+
+
+# ---- the graph ---------------------------------------------------------------------------------
+_ADDS = frozenset({"add", "add_", "iadd", "sub", "sub_", "isub"})
+_SCALES = frozenset({"mul", "mul_", "div", "div_", "truediv", "imul", "itruediv"})
+_TRANSPARENT = (
+    RESHAPES
+    | EXPANDS
+    | PERMUTES
+    | TRANSPOSES
+    | frozenset(
+        {
+            "t",
+            "contiguous",
+            "clone",
+            "detach",
+            "alias",
+            "to",
+            "type_as",
+            "type",
+            "_to_copy",
+            "float",
+            "double",
+            "half",
+            "bfloat16",
+            "dropout",
+            "native_dropout",
+            "feature_dropout",
+            "getitem",
+            "slice",
+            "select",
+            "cat",
+            "concat",
+            "concatenate",
+            "mean",
+            "sum",
+            "_unsafe_view",
+            "lift_fresh_copy",
+            "requires_grad_",
+        }
+    )  # fmt: skip
+)
+_CASTS = frozenset(
+    {"to", "_to_copy", "alias", "contiguous", "clone", "detach", "type_as", "float", "double"}
+)
+_TRANSPARENT_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+    nn.FeatureAlphaDropout, nn.Flatten, nn.Unflatten,
+)  # fmt: skip
+
+
+def _op(gm: fx.GraphModule, node: fx.Node) -> str:
+    """The op's name (function or method name, ``module:<Class>`` for a module call)."""
+    if node.op == "call_module":
+        mod = gm.get_submodule(node.target)
+        if isinstance(mod, _TRANSPARENT_MODULES):
+            return "dropout"
+        return f"module:{type(mod).__name__}"
+    if node.op == "call_function":
+        return function_name(node.target) or getattr(node.target, "__name__", str(node.target))
+    return str(node.target)
+
+
+def _stack(node: fx.Node) -> list[str]:
+    """The module paths enclosing ``node`` (outermost first)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    out = []
+    for value in stack.values():
+        path = value[0] if isinstance(value, tuple) else value
+        if isinstance(path, str):
+            out.append(path)
+    return out
+
+
+def _shape(node: Any) -> tuple[int, ...] | None:
+    meta = node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
+    return tuple(meta.shape) if hasattr(meta, "shape") else None
+
+
+class _Graph:
+    """The walked graph with the stream group's carriers marked."""
+
+    def __init__(self, trace: TraceResult, group: str) -> None:
+        self.gm: fx.GraphModule = trace.graph
+        self.group = group
+        self.carries: dict[fx.Node, int | None] = {}  # node -> unit dim (None: not plain)
+        for node in self.gm.graph.nodes:
+            got = trace.node_groups.get(node.name)
+            if got is not None and group in got[1]:
+                self.carries[node] = got[0] if got[1] == (group,) else None
+
+    def last(self, node: fx.Node) -> bool:
+        """Whether ``node`` carries the stream, alone, on its last dim."""
+        shape = _shape(node)
+        dim = self.carries.get(node, -1)
+        return shape is not None and dim is not None and dim == len(shape) - 1
+
+
+def _stream_group(trace: TraceResult) -> str | None:
+    """The group the most residual additions join (module docstring)."""
+    counts: dict[str, int] = {}
+    for node in trace.graph.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = function_name(node.target) if node.op == "call_function" else node.target
+        if name not in _ADDS:
+            continue
+        carried = [trace.node_groups.get(a.name) for a in node.all_input_nodes]
+        groups = [g[1] for g in carried if g is not None and g[0] is not None and len(g[1]) == 1]
+        if len(groups) >= 2 and all(g == groups[0] for g in groups):
+            counts[groups[0][0]] = counts.get(groups[0][0], 0) + 1
+    if not counts:
+        return None
+    return max(counts, key=lambda g: (counts[g], trace.spec.group_sizes.get(g, 0)))
+
+
+# ---- norms recognised by what they compute ------------------------------------------------------
+def _regions(gm: fx.GraphModule) -> dict[str, list[fx.Node]]:
+    """Module path -> the graph's nodes inside it (in order)."""
+    out: dict[str, list[fx.Node]] = {}
+    for node in gm.graph.nodes:
+        for path in _stack(node):
+            if path:
+                out.setdefault(path, []).append(node)
+    return out
+
+
+def _candidates(
+    model: nn.Module, graph: _Graph, width: int
+) -> dict[str, tuple[fx.Node, fx.Node, set[fx.Node]]]:
+    """Module path -> (input, output, nodes) of every module whose part of the graph reads one
+    value carrying the stream and returns one, with only feature vectors as parameters."""
+    out = {}
+    for path, nodes in _regions(graph.gm).items():
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            continue
+        params = list(module.parameters())
+        if any(p.dim() != 1 or p.shape[0] != width for p in params):
+            continue
+        inside = set(nodes)
+        inputs = {
+            a for n in nodes for a in n.all_input_nodes if a not in inside and a.op != "get_attr"
+        }
+        if len(inputs) != 1:
+            continue
+        (x,) = inputs
+        copies = {x}  # the input under a cast (an exported graph may reuse one outside)
+        for n in nodes:
+            if n.all_input_nodes and set(n.all_input_nodes) <= copies:
+                if _op(graph.gm, n) in _CASTS:
+                    copies.add(n)
+        outputs = [n for n in nodes if n not in copies and any(u not in inside for u in n.users)]
+        if len(outputs) != 1:
+            continue
+        if graph.last(x) and graph.last(outputs[0]):
+            out[path] = (x, outputs[0], inside)
+    return out
+
+
+def _eps_attribute(module: nn.Module) -> tuple[bool, float | None]:
+    for name in EPS_ATTRIBUTES:
+        if hasattr(module, name):
+            value = getattr(module, name)
+            if value is None or isinstance(value, (int, float)):
+                return True, None if value is None else float(value)
+    return False, None
+
+
+def _normalise(x: torch.Tensor, kind: str, eps: float) -> torch.Tensor:
+    c = x - x.mean(-1, keepdim=True) if kind == "layer" else x
+    return c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _estimate_eps(module: nn.Module, x: torch.Tensor, kind: str, g, b) -> float | None:
+    """ε from the module's output on ``x`` scaled down to a mean square of 1e-6."""
+    c = x - x.mean(-1, keepdim=True) if kind == "layer" else x
+    scale = math.sqrt(1e-6 / max(float(c.pow(2).mean()), 1e-300))
+    with torch.no_grad():
+        y = module(x * scale)
+    n = (y - (0 if b is None else b)) / (1 if g is None else g)
+    cs = c * scale
+    s = (cs * n).sum(-1) / n.pow(2).sum(-1).clamp_min(1e-300)
+    eps = (s.pow(2) - cs.pow(2).mean(-1)).median()
+    return float(eps) if torch.isfinite(eps) and float(eps) >= 0 else None
+
+
+def _fit_norm(
+    path: str, module: nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> tuple[str, float | None, str | None, str | None] | None:
+    """``(kind, eps, gain, bias)`` (parameter names within the module) of the norm ``module``
+    computes from ``x`` to ``y`` (float64), or ``None`` when it is no LayerNorm or RMSNorm over
+    the last dim with its own parameters as gain and bias."""
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape or torch.equal(x, y):
+        return None
+    params = dict(module.named_parameters())
+    known, eps_attr = _eps_attribute(module)
+    scale = float(y.abs().max()) or 1.0
+    options = [None, *params]
+    for kind in ("rms", "layer"):
+        for gain in options:
+            for bias in options:
+                if bias is not None and bias == gain:
+                    continue
+                g = None if gain is None else params[gain].detach()
+                b = None if bias is None else params[bias].detach()
+                if known:
+                    eps = eps_attr if eps_attr is not None else torch.finfo(x.dtype).eps
+                else:
+                    eps = _estimate_eps(module, x, kind, g, b)
+                    if eps is None:
+                        continue
+                pred = _normalise(x, kind, eps)
+                pred = pred * (1 if g is None else g) + (0 if b is None else b)
+                if float((pred - y).abs().max()) <= FIT_TOL * scale:
+                    return kind, (eps_attr if known else eps), gain, bias
+    return None
+
+
+def _randomised(model: nn.Module) -> nn.Module:
+    """A float64 copy with every parameter redrawn (seeded): matrices ~ N(0, 1/fan_in),
+    vectors 1 + N(0, 0.3²) (so gains are far from 1 and biases far from 0)."""
+    out = copy.deepcopy(model).double().eval()
+    gen = torch.Generator().manual_seed(12345)
+    with torch.no_grad():
+        for p in out.parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.device)
+            if p.dim() >= 2:
+                p.copy_(noise / math.sqrt(p[0].numel()))
+            else:
+                p.copy_(1 + 0.3 * noise)
+    return out
+
+
+def _as_double(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.double()
+    if isinstance(x, tuple):
+        return tuple(_as_double(t) for t in x)
+    return x
+
+
+def _recognise_norms(
+    model: nn.Module, example: Any, candidates: Mapping[str, Any]
+) -> dict[str, tuple[str, float | None, str | None, str | None]]:
+    """The candidates that compute a norm (see :func:`_fit_norm`), innermost first."""
+    if not candidates:
+        return {}
+    copy_ = _randomised(model)
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    hooks = []
+    for path in candidates:
+
+        def hook(_m, args, output, path=path):
+            if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
+                seen.setdefault(path, (args[0].detach(), output.detach()))
+
+        hooks.append(copy_.get_submodule(path).register_forward_hook(hook))
+    inputs = example if isinstance(example, tuple) else (example,)
+    try:
+        with torch.no_grad():
+            copy_(*_as_double(inputs))
+    finally:
+        for h in hooks:
+            h.remove()
+    found: dict[str, Any] = {}
+    for path in sorted(candidates, key=lambda p: -len(p.split("."))):
+        if any(other.startswith(path + ".") for other in found) or path not in seen:
+            continue
+        x, y = seen[path]
+        module = copy_.get_submodule(path)
+        fit = _fit_norm(path, module, x, y)
+        if fit is not None:
+            found[path] = fit
+        elif isinstance(model.get_submodule(path), NORM_TYPES):
+            raise LmcError(
+                f"canonical form: {path!r} is a {type(module).__name__}, not a LayerNorm or "
+                "RMSNorm over the features; only transformers whose stream is read through "
+                "LayerNorms or RMSNorms can be canonicalised"
+            )
+    return found
+
+
+# ---- following the stream -----------------------------------------------------------------------
+def _refuse(what: str) -> LmcError:
+    return LmcError(f"canonical form: {what}; permutations still work (--align weight)")
+
+
+def _follow(
+    model: nn.Module,
+    trace: TraceResult,
+    graph: _Graph,
+    norms: Mapping[str, tuple[fx.Node, fx.Node, set[fx.Node]]],
+) -> dict[str, list[Any]]:
+    """Norm path -> the consumer records of the layers reading its output; ``LmcError`` for a
+    use of the stream lmc cannot fold (module docstring)."""
+    region_of: dict[fx.Node, str] = {}
+    for path, (_, _, inside) in norms.items():
+        for n in inside:
+            region_of[n] = path
+    outputs = {out: path for path, (_, out, _) in norms.items()}
+    producers = {rec.layer for rec in trace.producers if rec.layer}
+    consumers: dict[tuple[str, str], list[Any]] = {}
+    for rec in trace.consumers:
+        consumers.setdefault((rec.layer, rec.node), []).append(rec)
+    tag: dict[fx.Node, str] = {}  # "stream" or the norm path whose output it is
+    readers: dict[str, list[Any]] = {path: [] for path in norms}
+    gm = graph.gm
+    for node in gm.graph.nodes:
+        if node in region_of:
+            if node in outputs:
+                tag[node] = outputs[node]
+            continue
+        if node not in graph.carries:
+            continue
+        op = _op(gm, node)
+        carried = [a for a in node.all_input_nodes if a in graph.carries]
+        tags = [tag.get(a, "stream") for a in carried]
+        normed = [t for t in tags if t != "stream"]
+        if node.name in producers or op == "module:MultiheadAttention":
+            tag[node] = "stream"
+        elif op in _ADDS and len(carried) >= 1:
+            if normed:
+                raise _refuse(
+                    f"{normed[0]!r} normalises the residual stream in place (its output is "
+                    "added back into the stream: post-LN), which lmc cannot fold"
+                )
+            others = [a for a in node.all_input_nodes if a not in graph.carries]
+            if not all(_from_leaves(gm, a) for a in others):
+                raise _refuse(f"node {node.name!r} adds a computed tensor to the residual stream")
+            tag[node] = "stream"
+        elif (
+            op in _TRANSPARENT
+            or op == "dropout"
+            or (op in _SCALES and len(node.all_input_nodes) == 1)
+            or (op == "getattr" and len(node.args) > 1 and node.args[1] in METADATA_ATTRS)
+        ):
+            if len(set(tags)) > 1:
+                raise _refuse(f"node {node.name!r} ({op}) mixes a norm's output with the stream")
+            tag[node] = tags[0] if tags else "stream"
+        else:
+            raise _refuse(
+                f"the residual stream passes through node {node.name!r} ({op}), which an "
+                "orthogonal map of the stream does not commute with"
+            )
+    # every use of a value carrying the stream, outside the norms, must be one of the above, a
+    # norm's input, or a weight layer reading a norm's output
+    for node in list(graph.carries):
+        if node in region_of and node not in outputs:
+            continue
+        for user in node.users:
+            recs = consumers.get((user.name, node.name))
+            if recs:
+                source = tag.get(node, "stream")
+                if source == "stream":
+                    raise _refuse(
+                        f"{recs[0].weight!r} reads the residual stream without a norm, which "
+                        "lmc cannot fold"
+                    )
+                readers[source].extend((rec, user) for rec in recs)
+                continue
+            if user in graph.carries or user.op == "output":
+                continue
+            if user in region_of:
+                path = region_of[user]
+                if norms[path][0] is not node:
+                    raise _refuse(f"{path!r} reads the stream in a way not understood")
+                if tag.get(node, "stream") != "stream":
+                    raise _refuse(f"{path!r} normalises the output of the norm {tag[node]!r} again")
+                continue
+            op = _op(gm, user)
+            if op in METADATA or op == "getattr":
+                continue
+            raise _refuse(
+                f"node {user.name!r} ({op}) uses the residual stream in a way an orthogonal map "
+                "of the stream does not keep"
+            )
+    return readers
+
+
+def _from_leaves(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether ``node`` is a state tensor or a view of one (``self.pos[:, :T]``)."""
+    if node.op == "get_attr":
+        return True
+    if _op(gm, node) not in _TRANSPARENT or not node.all_input_nodes:
+        return False
+    return all(_from_leaves(gm, a) for a in node.all_input_nodes)
+
+
+def _reader(model: nn.Module, rec: Any, layer: fx.Node) -> Reader:
+    """The reader of a consumer record; under the name of the module that calls it where a
+    tied weight appears in the graph under another of its names (an exported graph)."""
+    weight = rec.weight
+    stack = _stack(layer)
+    state = model.state_dict(keep_vars=True)
+    if stack and state.get(f"{stack[-1]}.weight") is state.get(weight):
+        weight = f"{stack[-1]}.weight"
+    rec = type(rec)(weight, rec.axis, rec.node, rec.dim, rec.layer, rec.bias)
+    module = rec.weight.rpartition(".")[0]
+    bias = rec.bias
+    if bias is None:
+        owner = model.get_submodule(module) if module else model
+        if isinstance(getattr(owner, "bias", None), torch.Tensor) and rec.weight.endswith(
+            ".weight"
+        ):
+            bias = f"{module}.bias"
+    return Reader(module, rec.axis, rec.weight, bias)
+
+
+def _tied(model: nn.Module, names: set[str]) -> tuple[tuple[str, ...], ...]:
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return tuple(tuple(g) for g in groups.values() if len(g) > 1 and any(n in names for n in g))
+
+
+def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> StreamLayout:
+    """The :class:`StreamLayout` of ``model`` from its trace on ``example`` (module docstring);
+    ``LmcError`` where the stream cannot be folded."""
+    spec = trace.spec
+    group = _stream_group(trace)
+    if group is None:
+        raise LmcError(
+            f"canonical form: {type(model).__name__} is not a supported pre-LayerNorm "
+            "transformer: no residual stream (no addition joins two values of one permutation "
+            "group in its traced graph)"
+        )
+    width = spec.group_sizes[group]
+    graph = _Graph(trace, group)
+    candidates = _candidates(model, graph, width)
+    fits = _recognise_norms(model, example, candidates)
+    norms = {path: candidates[path] for path in fits}
+    kinds = {fits[p][0] for p in fits}
+    if len(kinds) > 1:
+        layer = next(p for p in fits if fits[p][0] == "layer")
+        rms = next(p for p in fits if fits[p][0] == "rms")
+        raise _refuse(
+            f"the stream is read by a LayerNorm ({layer!r}) and an RMSNorm ({rms!r}); centring "
+            "the stream for the one would change the other"
+        )
+    readers = _follow(model, trace, graph, norms)
+    roles = derive_roles(model, spec, trace)
+    owned = {f"{path}.{p}" for path, fit in fits.items() for p in (fit[2], fit[3]) if p is not None}
+    writers: list[tuple[str, int]] = []
+    reader_names = {rec.weight for recs in readers.values() for rec, _ in recs}
+    for name, axis in spec.groups.get(group, []):
+        entry = spec[name][axis]
+        role = roles[(name, axis)]
+        if name in owned or _tied_to(model, name, owned):
+            continue
+        if any(seg.perm == group and r == "norm" for seg, r in zip(entry, role)):
+            raise _refuse(
+                f"{name!r} scales the stream feature by feature but no norm lmc recognises owns it"
+            )
+        if "out" in role:
+            if len(entry) != 1:
+                raise _refuse(f"{name!r} writes the stream together with other units")
+            writers.append((name, axis))
+        elif name not in reader_names and not _tied_to(model, name, reader_names):
+            raise _refuse(f"{name!r} reads the stream other than through a norm")
+    sites = []
+    for path, (kind, eps, gain, bias) in fits.items():
+        seen: dict[str, Reader] = {}
+        for rec, layer in readers[path]:
+            reader = _reader(model, rec, layer)
+            seen.setdefault(reader.weight, reader)
+        sites.append(
+            NormSite(
+                path, tuple(seen.values()), kind, eps,
+                None if gain is None else f"{path}.{gain}",
+                None if bias is None else f"{path}.{bias}",
+            )
+        )  # fmt: skip
+    first = {path: _first_index(graph.gm, norms[path][2]) for path in fits}
+    sites.sort(key=lambda s: first[s.norm])
+    names = {n for n, _ in writers} | {r.weight for s in sites for r in s.readers}
+    return StreamLayout(
+        width, tuple(writers), tuple(sites), group, _tied(model, names), dict(spec.heads)
+    )
+
+
+def _first_index(gm: fx.GraphModule, nodes: set[fx.Node]) -> int:
+    return min(i for i, n in enumerate(gm.graph.nodes) if n in nodes)
+
+
+def _tied_to(model: nn.Module, name: str, names: set[str]) -> bool:
+    state = model.state_dict(keep_vars=True)
+    tensor = state.get(name)
+    return any(state.get(other) is tensor for other in names if other != name)
+
+
+# ---- cached entry point -------------------------------------------------------------------------
+_CACHE: dict[Any, StreamLayout | LmcError] = {}
+_CACHE_SIZE = 64
+
+
+def _simple(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def structure_key(model: nn.Module, example: Any) -> Any:
+    """What the layout depends on: module names, types and simple attributes, state names,
+    shapes, dtypes and tying, a Hugging Face config, and the example's shape."""
+    modules = []
+    for name, module in model.named_modules():
+        attrs = tuple(
+            sorted((k, v) for k, v in vars(module).items() if not k.startswith("_") and _simple(v))
+        )
+        config = getattr(module, "config", None)
+        config_text = ""
+        if config is not None and hasattr(config, "to_json_string"):
+            try:
+                config_text = config.to_json_string()
+            except Exception:  # noqa: BLE001 - any config that does not serialise
+                config_text = repr(type(config))
+        modules.append((name, type(module).__qualname__, type(module).__module__, attrs,
+                        config_text))  # fmt: skip
+    ids: dict[int, int] = {}
+    state = tuple(
+        (k, tuple(v.shape), str(v.dtype), ids.setdefault(id(v), len(ids)))
+        for k, v in model.state_dict(keep_vars=True).items()
+    )
+    inputs = example if isinstance(example, tuple) else (example,)
+    shapes = tuple(
+        (tuple(t.shape), str(t.dtype)) if isinstance(t, torch.Tensor) else repr(t) for t in inputs
+    )
+    return (tuple(modules), state, shapes)
+
+
+def _trace(model: nn.Module, example: Any) -> TraceResult:
+    """The trace; where it fails, a norm lmc cannot fold is named if the model has one."""
+    try:
+        return trace_model(model, example)
+    except LmcError as exc:
+        for name, module in model.named_modules():
+            if isinstance(module, NORM_TYPES) and not isinstance(
+                module, (nn.LayerNorm, nn.RMSNorm)
+            ):
+                raise LmcError(
+                    f"canonical form: {name!r} is a {type(module).__name__}, not a LayerNorm or "
+                    f"RMSNorm over the features ({exc})"
+                ) from exc
+        raise
+
+
+def traced_layout(
+    model: nn.Module, example_input: Any = None, trace: TraceResult | None = None
+) -> StreamLayout:
+    """The :class:`StreamLayout` of ``model`` read off its traced graph (module docstring), on
+    ``example_input`` (default: one made from the model, :func:`lmc.perm.examples.
+    example_input`); ``trace``: its trace on that input, when the caller has it. Cached by the
+    model's structure; ``LmcError`` (also cached) where the stream cannot be folded."""
+    if example_input is None:
+        example_input = make_example(model)
+    key = structure_key(model, example_input)
+    hit = _CACHE.get(key)
+    if hit is None:
+        try:
+            if trace is None or trace.graph is None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the spec's derivation warns
+                    trace = _trace(model, example_input)
+            hit = layout_from_trace(model, trace, example_input)
+        except LmcError as exc:
+            hit = exc
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = hit
+    if isinstance(hit, LmcError):
+        raise LmcError(str(hit))
+    return hit
+
+
+__all__ = [
+    "NORM_KINDS",
+    "NormSite",
+    "Reader",
+    "StreamLayout",
+    "layout_from_trace",
+    "structure_key",
+    "traced_layout",
+    "unwrap",
+]

@@ -1,0 +1,213 @@
+"""Maps within attention heads where the permutation spec keeps the head dims in place.
+
+The tracer leaves the dims within heads in place where a permutation of them would change the
+function (:mod:`lmc.perm.trace`): q/k under rotary embeddings (a permutation commutes with
+RoPE only if it maps each frequency plane to itself), and, with grouped-query attention, the
+q/k and v/o dims of a key/value head that its query heads read. Such a spec segment belongs to
+the head group (``Segment(head group, heads, repeat = tiles · d)``: each head's ``d`` dims, once
+per query head that reads it). Larger groups than permutations still act there:
+
+- q/k under RoPE: per head, per frequency plane (dims ``p`` and ``p + d/2``, the ``rotate_half``
+  convention), one rotation and scaling on q and its inverse transpose on k
+  (:class:`lmc.perm.transforms.RopePlanes`, kind ``rope``; Tran et al., ICML 2026);
+- q/k without RoPE and v/o, with grouped-query attention: any invertible map per key/value
+  head, shared by the query heads that read it (kind ``invertible``).
+
+Each is a *within group* (:class:`WithinGroup`) of the symmetry spec, named
+``<head group>:qk`` or ``<head group>:vo``, nested in its head group (its maps move heads as
+the head group's permutation does). The trace proposes them: the collapsed segments of one head
+group, cut into *sides* (a layer, and within a fused layer the position of the segment); a side
+of layer outputs (role ``out``) paired with a side of layer inputs (``in``: the output
+projection) is a v/o candidate, two sides of layer outputs a q/k candidate. Each candidate is
+checked numerically on the example input, on a float64 copy with every parameter redrawn: a
+random element of the candidate group applied to that layer's tensors alone must keep the
+output to 1e-7 relative. Only candidates that pass become groups, so a within group never
+changes the function.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from .spec import PermutationSpec
+from .transforms import Invertible, RopePlanes, Transform, act_tiled
+
+#: relative change of the output below which a candidate map is taken to keep the function
+CHECK_TOL = 1e-7
+
+
+@dataclass(frozen=True)
+class WithinMember:
+    """One spec segment a within group acts on: ``spec[name][axis][segment]`` (a segment of
+    the head group), its role in the group (``out``: mapped by ``M``; ``in``: by ``M⁻ᵀ``) and
+    ``tiles``, how many times each head's dims appear in a row there."""
+
+    name: str
+    axis: int
+    segment: int
+    role: str
+    tiles: int
+
+
+@dataclass(frozen=True)
+class WithinGroup:
+    """A group of maps within heads that the permutation spec keeps in place (module
+    docstring): ``head`` (its head group), ``heads`` (that group's size), ``dim`` (dims per
+    head), ``kind`` (``rope`` or ``invertible``) and its ``members``."""
+
+    head: str
+    heads: int
+    dim: int
+    kind: str
+    members: tuple[WithinMember, ...]
+
+    @property
+    def size(self) -> int:
+        return self.heads * self.dim
+
+
+def _sides(
+    spec: PermutationSpec,
+    roles: Mapping[tuple[str, int], tuple[str | None, ...]],
+    head: str,
+    d: int,
+) -> dict[tuple[str, int], list[WithinMember]]:
+    """The head group's segments with whole dims per head, by side (owning layer, position)."""
+    sides: dict[tuple[str, int], list[WithinMember]] = {}
+    for name, axis in spec.groups.get(head, []):
+        occurrence = 0
+        for k, seg in enumerate(spec[name][axis]):
+            if seg.perm != head:
+                continue
+            if seg.repeat >= d and seg.repeat % d == 0:
+                role = roles[(name, axis)][k]
+                key = (name.rpartition(".")[0], occurrence)
+                sides.setdefault(key, []).append(
+                    WithinMember(name, axis, k, role or "out", seg.repeat // d)
+                )
+            occurrence += 1
+    return sides
+
+
+def _output(model: nn.Module, state: Mapping[str, torch.Tensor], inputs: tuple) -> torch.Tensor:
+    out = functional_call(model, dict(state), inputs)
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    return out[0]
+
+
+def _apply(
+    spec: PermutationSpec,
+    state: Mapping[str, torch.Tensor],
+    members: list[WithinMember],
+    transform: Transform,
+    heads: int,
+) -> dict[str, torch.Tensor]:
+    """``state`` with ``transform`` applied to the members' segments (by their roles)."""
+    out = dict(state)
+    for m in members:
+        x = out[m.name]
+        offset = sum(s.extent for s in spec[m.name][m.axis][: m.segment])
+        seg = spec[m.name][m.axis][m.segment]
+        piece = act_tiled(transform, x.narrow(m.axis, offset, seg.extent), m.axis, m.role,
+                          m.tiles, heads)  # fmt: skip
+        out[m.name] = torch.cat(
+            [x.narrow(m.axis, 0, offset), piece,
+             x.narrow(m.axis, offset + seg.extent, x.shape[m.axis] - offset - seg.extent)],
+            dim=m.axis,
+        )  # fmt: skip
+    return out
+
+
+def find_within_groups(
+    model: nn.Module,
+    example_input: Any,
+    spec: PermutationSpec,
+    roles: Mapping[tuple[str, int], tuple[str | None, ...]],
+    collapsed: Mapping[tuple[str, int, int], tuple[int, int]],
+) -> dict[str, WithinGroup]:
+    """The within groups of ``model`` (module docstring); ``collapsed``: the trace's record of
+    the segments whose dims within heads it kept in place (:class:`lmc.perm.TraceResult`)."""
+    dims: dict[str, set[int]] = {}
+    for (name, axis, k), (_, d) in collapsed.items():
+        entry = spec[name][axis] if name in spec else None
+        if entry is not None and k < len(entry) and entry[k].perm is not None:
+            dims.setdefault(entry[k].perm, set()).add(d)
+    heads_of = {g: next(iter(ds)) for g, ds in dims.items() if len(ds) == 1 and next(iter(ds)) > 1}
+    if not heads_of:
+        return {}
+    from .stream import _as_double, _randomised
+
+    copy_ = _randomised(model)
+    state = {k: v.detach() for k, v in copy_.state_dict().items()}
+    inputs = _as_double(example_input if isinstance(example_input, tuple) else (example_input,))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = _output(copy_, state, inputs)
+        scale = float(base.norm()) or 1.0
+        gen = torch.Generator().manual_seed(0)
+        found: dict[str, WithinGroup] = {}
+
+        def keeps(members: list[WithinMember], kind: str, n_heads: int, d: int) -> bool:
+            cls = RopePlanes if kind == "rope" else Invertible
+            t = cls.random(n_heads * d, gen, heads=n_heads, head=torch.arange(n_heads))
+            try:
+                y = _output(copy_, _apply(spec, state, members, t, n_heads), inputs)
+            except Exception:  # noqa: BLE001 - a candidate the model cannot run is no symmetry
+                return False
+            return float((y - base).norm()) <= CHECK_TOL * scale
+
+        for head, d in sorted(heads_of.items()):
+            n_heads = spec.group_sizes[head]
+            sides = _sides(spec, roles, head, d)
+            outs = [k for k, ms in sides.items() if {m.role for m in ms} == {"out"}]
+            ins = [k for k, ms in sides.items() if {m.role for m in ms} == {"in"}]
+            for o in ins:  # v/o: a side of outputs read back by the output projection
+                for s in outs:
+                    members = sides[s] + sides[o]
+                    if keeps(members, "invertible", n_heads, d):
+                        found[f"{head}:vo"] = WithinGroup(head, n_heads, d, "invertible",
+                                                          tuple(members))  # fmt: skip
+                        outs.remove(s)
+                        break
+                if f"{head}:vo" in found:
+                    break
+            for i, a in enumerate(outs):  # q/k: two sides of outputs, the second contravariant
+                done = False
+                for b in outs[i + 1 :]:
+                    members = sides[a] + [
+                        WithinMember(m.name, m.axis, m.segment, "in", m.tiles) for m in sides[b]
+                    ]
+                    for kind in ("invertible", "rope"):
+                        if kind == "rope" and d % 2:
+                            continue
+                        if keeps(members, kind, n_heads, d):
+                            found[f"{head}:qk"] = WithinGroup(head, n_heads, d, kind,
+                                                              tuple(members))  # fmt: skip
+                            done = True
+                            break
+                    if done:
+                        break
+                if done:
+                    break
+    return found
+
+
+def member_index(
+    within: Mapping[str, WithinGroup],
+) -> dict[tuple[str, int, int], tuple[str, WithinMember]]:
+    """``(name, axis, segment) -> (within group, member)`` for every member."""
+    return {(m.name, m.axis, m.segment): (g, m) for g, w in within.items() for m in w.members}
+
+
+__all__ = ["CHECK_TOL", "WithinGroup", "WithinMember", "find_within_groups", "member_index"]
