@@ -34,8 +34,8 @@ def _pair():
 
 def test_builtin_methods_are_records_in_their_old_order():
     assert method_names() == (
-        "none", "canonical", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
-        "orthogonal-activation",
+        "none", "canonical", "weight", "activation", "ste", "random", "onepass", "orthogonal",
+        "learned", "orthogonal-activation",
     )  # fmt: skip
     assert METHODS == (
         "canonical", "weight", "activation", "ste", "random", "onepass", "orthogonal", "learned",
