@@ -62,6 +62,7 @@ def test_defaults_are_filled_and_every_key_is_checked():
         "seed": 0,
         "epochs": [0, 1, 2, 3],  # every epoch 0..train.epochs
         "methods": ["none", "weight"],
+        "alignment": ["weak"],
         "lambdas": 11,
         "calibrate": False,
         "align_seed": 0,

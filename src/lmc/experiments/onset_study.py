@@ -20,7 +20,8 @@ on the ``[data] split``. It writes
 - ``onset.csv``: one row per pair, epoch, method and λ: ``loss`` (mean cross-entropy, nats),
   ``accuracy`` (fraction), ``calibrated_loss`` (nats; empty unless ``calibrate``) and, repeated
   on every row of the path, the path's barriers;
-- ``barriers.csv``: one row per pair, epoch and method: the barriers of
+- ``barriers.csv``: one row per pair, epoch and method (and width and connectivity, below):
+  the barriers of
   :func:`lmc.metrics.barriers` (``max_minus_mean_loss`` is Git Re-Basin's, ``loss_barrier``
   Frankle et al.'s, in nats; accuracy barriers as fractions, a drop below the chord positive),
   the endpoints' (``loss_a``/``accuracy_a`` at λ = 0, ``loss_b``/``accuracy_b`` at λ = 1) and
@@ -29,6 +30,20 @@ on the ``[data] split``. It writes
   files; ``jobs/onset-<hash>.json``: one finished pair (its path and barrier rows and the
   training histories), reused on a re-run with the same settings, so an interrupted study
   resumes at the first unfinished pair.
+
+Connectivity along training (Sharma et al. 2024, "Simultaneous linear connectivity of neural
+networks modulo permutation"; ``docs/science.md``). ``alignment = ["weak"]`` (the default) aligns
+each epoch's pair by itself: the barrier is that of θ_A(s) and π_s(θ_B(s)), π_s found between
+the epoch-s states (weak connectivity). ``"strong"`` adds, for every aligning method, the
+barrier of θ_A(s) and π_T(θ_B(s)) with π_T the alignment found once between the last listed
+epoch's states (the final models, T = ``max(epochs)``), applied to every epoch's B (strong
+connectivity; at epoch T the two are the same path). Such rows say ``connectivity`` =
+``strong``, the others ``weak``; ``none`` has only weak rows (the identity is both), and a
+method that aligns canonical forms (``orthogonal``, ...) cannot be applied across epochs. The
+``connectivity`` column is written when ``"strong"`` is asked for (a file without it holds weak
+rows only), and ``width`` a column when ``width`` is a list (``width = [128, 512]``: the study
+at each width, pair p the same seeds at every width; a file without it is at the one width of
+its ``study.json``), so the files and job ids of a study without them are what they were.
 
 When the last listed epoch is the last training epoch, each finished model is also saved in
 the run store (``runs_dir``) as the run :func:`lmc.train.train_run` would make for its config
@@ -48,12 +63,13 @@ The study file::
     [train]                # as a width study: lmc.train.TrainSettings but seeds, weight decay
     epochs = 10
     [onset]
-    width = 512            # MLP hidden units or CNN channel multiplier (required)
+    width = 512            # MLP hidden units or CNN channel multiplier, or a list (required)
     weight_decay = 1e-4
     pairs = 2              # pair p: A seed + 2p, B seed + 2p + 1
     seed = 0
     epochs = [0, 1, 2, 3, 5, 10]   # compared checkpoints; 0 = initialisation (default: all)
     methods = ["none", "weight"]
+    alignment = ["weak"]   # and "strong": the final epoch's alignment applied at every epoch
     lambdas = 11
     calibrate = false
     align_seed = 0         # seeds weight matching's visiting order, BatchNorm reset batches
@@ -71,7 +87,7 @@ import torch
 
 from lmc.config import LmcError, check_int, check_number, config_hash, resolve_device
 from lmc.data import Dataset
-from lmc.metrics import BARRIER_KEYS, CALIBRATE_DEFAULTS, lambda_grid
+from lmc.metrics import BARRIER_KEYS, CALIBRATE_DEFAULTS, evaluate_path, lambda_grid
 from lmc.models import build, get_model
 from lmc.store import RunStore
 from lmc.train import TrainSettings, make_config
@@ -86,12 +102,13 @@ KIND = "onset"
 #: key -> (allowed types, default) of the ``[onset]`` table; ``...``: required; ``None`` for
 #: ``epochs``: every epoch 0, 1, ..., ``train.epochs``.
 SETTINGS: dict[str, tuple[tuple[type, ...], Any]] = {
-    "width": ((int, float), ...),
+    "width": ((int, float, list), ...),
     "weight_decay": ((float, int), 1e-4),
     "pairs": ((int,), 2),
     "seed": ((int,), 0),
     "epochs": ((list,), None),
     "methods": ((list,), ["none", "weight"]),
+    "alignment": ((list,), ["weak"]),
     "lambdas": ((int, list), 11),
     "calibrate": ((bool,), CALIBRATE_DEFAULTS["onset"]),
     "align_seed": ((int,), 0),
@@ -99,6 +116,9 @@ SETTINGS: dict[str, tuple[tuple[type, ...], Any]] = {
 }
 TOP_LEVEL = ("name", "description", "experiment", "data", "model", "train", KIND)
 LABEL_COLUMNS = ["pair", "epoch", "method", "seed_a", "seed_b"]
+#: Connectivity along training (module docstring): ``weak``, each epoch's own alignment;
+#: ``strong``, the final epoch's alignment applied at every epoch.
+CONNECTIVITY = ("weak", "strong")
 PATH_COLUMNS = [*LABEL_COLUMNS, "lam", "loss", "accuracy", "calibrated_loss", *BARRIER_KEYS]
 BARRIER_COLUMNS = [
     *LABEL_COLUMNS,
@@ -111,8 +131,31 @@ BARRIER_COLUMNS = [
     "midpoint_accuracy",
     "moved_fraction",
 ]
-#: The result tables (:mod:`lmc.experiments.kind_run`): key -> (file, leading columns).
+#: The result tables (:mod:`lmc.experiments.kind_run`): key -> (file, leading columns), for a
+#: study at one width with weak connectivity only (:func:`outputs` gives any study's).
 OUTPUTS = {"onset": ("onset.csv", PATH_COLUMNS), "barriers": ("barriers.csv", BARRIER_COLUMNS)}
+
+
+def widths(settings: dict[str, Any]) -> list[int | float]:
+    """The widths of a resolved ``[onset]`` table: ``width`` itself, or its list."""
+    width = settings["width"]
+    return list(width) if isinstance(width, list) else [width]
+
+
+def outputs(study: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    """The result tables of ``study``: :data:`OUTPUTS`, with a ``width`` label after ``pair``
+    when ``width`` is a list and a ``connectivity`` label after ``method`` when ``alignment``
+    lists ``strong`` (module docstring)."""
+    settings = study[KIND]
+    labels = list(LABEL_COLUMNS)
+    if isinstance(settings["width"], list):
+        labels.insert(labels.index("pair") + 1, "width")
+    if "strong" in settings["alignment"]:
+        labels.insert(labels.index("method") + 1, "connectivity")
+    return {
+        key: (name, [*labels, *columns[len(LABEL_COLUMNS) :]])
+        for key, (name, columns) in OUTPUTS.items()
+    }
 
 
 def resolve_onset(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
@@ -141,12 +184,24 @@ def _check_settings(
     from lmc.perm.methods import method_names
 
     at = f"'{KIND}.%s'{where(source)}"
+    given = settings["width"]
+    if isinstance(given, list):
+        if not given:
+            raise LmcError(f"{at % 'width'} is an empty list: give a width or a list of widths")
+        if len(set(given)) != len(given):
+            raise LmcError(f"{at % 'width'} lists a width twice: {given}")
     try:
-        settings["width"] = get_model(model["name"]).width_value(
-            check_number(at % "width", settings["width"], positive=True)
-        )
+        checked = [
+            get_model(model["name"]).width_value(
+                check_number(f"each of {at % 'width'}", w, positive=True)
+                if isinstance(given, list)
+                else check_number(at % "width", w, positive=True)
+            )
+            for w in (given if isinstance(given, list) else [given])
+        ]
     except LmcError as exc:
         raise LmcError(f"{at % 'width'}: {exc}") from None
+    settings["width"] = sorted(checked) if isinstance(given, list) else checked[0]
     settings["weight_decay"] = check_number(
         at % "weight_decay", settings["weight_decay"], minimum=0.0
     )
@@ -185,6 +240,25 @@ def _check_settings(
             )
     if len(set(methods)) != len(methods):
         raise LmcError(f"{at % 'methods'} lists a method twice: {methods}")
+    alignment = settings["alignment"]
+    if not alignment or any(a not in CONNECTIVITY for a in alignment):
+        raise LmcError(
+            f"{at % 'alignment'} must list weak, strong or both (weak: each epoch's own "
+            f"alignment, strong: the final epoch's at every epoch), got {alignment!r}"
+        )
+    if len(set(alignment)) != len(alignment):
+        raise LmcError(f"{at % 'alignment'} lists a connectivity twice: {alignment}")
+    settings["alignment"] = [a for a in CONNECTIVITY if a in alignment]
+    if "strong" in alignment:
+        from lmc.perm.methods import get_method
+
+        canonical = [m for m in methods if get_method(m).canonical]
+        if canonical:
+            raise LmcError(
+                f"{at % 'alignment'}: strong connectivity applies the final epoch's alignment "
+                f"to every epoch's B, but {', '.join(canonical)} align(s) the pair's canonical "
+                "forms, which change with the epoch; drop strong or those methods"
+            )
     try:
         lambda_grid(settings["lambdas"])
     except LmcError as exc:
@@ -216,16 +290,19 @@ def onset_pair_settings(study: dict[str, Any], method: str):
     )
 
 
-def train_config(study: dict[str, Any], seed: int, data: Dataset | None = None) -> dict:
-    """The config of the run with init and data seed ``seed`` (what :func:`lmc.train.train_run`
-    would train and the run store names); ``data`` saves reading the dataset's shapes."""
+def train_config(
+    study: dict[str, Any], seed: int, data: Dataset | None = None, width: int | float | None = None
+) -> dict:
+    """The config of the run with init and data seed ``seed`` at ``width`` (default: the
+    study's first; what :func:`lmc.train.train_run` would train and the run store names);
+    ``data`` saves reading the dataset's shapes."""
     from .jobs import model_options
 
     settings = study[KIND]
     return make_config(
         study["data"]["dataset"],
         study["model"]["name"],
-        model_options(study, settings["width"]),
+        model_options(study, widths(settings)[0] if width is None else width),
         study["data"]["options"],
         data=data,
         init_seed=seed,
@@ -326,14 +403,34 @@ def _evaluate(
     labels: dict[str, Any],
     method: str,
     device,
+    final: Any = None,
 ) -> tuple[list[dict], dict[str, Any]]:
-    """The path rows and the barrier row of one pair at one epoch with one method."""
+    """The path rows and the barrier row of one pair at one epoch with one method: B aligned
+    onto A by ``method`` at this epoch (weak), or, given ``final`` (an
+    :class:`lmc.perm.AlignResult` found between the final models), B with that alignment
+    applied (strong), measured on the same grid with the same path settings."""
     from lmc.pair import run_pair
+    from lmc.pair.pipeline import evaluation_examples
 
     model_a = _model_from(config, states[0], device)
     model_b = _model_from(config, states[1], device)
-    result = run_pair(model_a, model_b, data, onset_pair_settings(study, method))
-    path = result.path
+    settings = onset_pair_settings(study, method)
+    if final is None:
+        result = run_pair(model_a, model_b, data, settings)
+        path, info = result.path, result.alignment
+    else:  # run_pair's path with the final alignment in place of this epoch's
+        x, y = evaluation_examples(data, settings)
+        path = evaluate_path(
+            model_a,
+            model_b,
+            x,
+            y,
+            settings.path,
+            state_b=final.apply(model_b.state_dict()),
+            bn_inputs=data.x_train,
+            task=data.task,
+        )
+        info = final.info
     barriers = path.barriers()
     chosen = {key: barriers.get(key) for key in BARRIER_KEYS}
     calibrated = path.calibrated_loss or [None] * len(path.lambdas)
@@ -347,8 +444,8 @@ def _evaluate(
 
     a, b, mid = at(0.0), at(1.0), at(0.5)
     moved = None
-    if result.alignment is not None:
-        fractions = list(result.alignment.get("moved_fraction", {}).values())
+    if info is not None:
+        fractions = list(info.get("moved_fraction", {}).values())
         moved = sum(fractions) / len(fractions) if fractions else None
     barrier_row = {
         **labels,
@@ -364,22 +461,53 @@ def _evaluate(
     return rows, barrier_row
 
 
-def pair_job(study: dict[str, Any], pair: int, data: Dataset) -> dict[str, Any]:
-    """The job of pair ``pair``: everything that changes its numbers (the two runs' configs,
-    the epochs, the methods and the path settings)."""
+def final_alignment(
+    study: dict[str, Any],
+    config: dict[str, Any],
+    states: tuple[dict, dict],
+    data: Dataset,
+    method: str,
+    device,
+):
+    """The alignment of B onto A that ``method`` finds between the final states ``states``
+    (an :class:`lmc.perm.AlignResult`, ``None`` for ``none``): the one a weak evaluation of
+    those states finds (same settings, same seed), kept to apply at every epoch (strong)."""
+    from lmc.pair import align_pair
+
+    model_a = _model_from(config, states[0], device)
+    model_b = _model_from(config, states[1], device)
+    aligned = align_pair(model_a, model_b, data, onset_pair_settings(study, method))
+    if aligned is not None and aligned.models is not None:
+        raise LmcError(
+            f"{method} aligned the pair's canonical forms: strong connectivity cannot apply its "
+            "alignment at other epochs"
+        )
+    return aligned
+
+
+def pair_job(
+    study: dict[str, Any], pair: int, data: Dataset, width: int | float | None = None
+) -> dict[str, Any]:
+    """The job of pair ``pair`` at ``width`` (default: the study's first): everything that
+    changes its numbers (the two runs' configs, which hold the width, the epochs, the methods,
+    the path settings, and the connectivities when they are not weak only: the jobs of a study
+    without strong keep their ids)."""
     settings = study[KIND]
     seed_a, seed_b = settings["seed"] + 2 * pair, settings["seed"] + 2 * pair + 1
-    return {
+    job = {
         "type": KIND,
         "pair": pair,
         "seeds": [seed_a, seed_b],
-        "run_a": train_config(study, seed_a, data),
-        "run_b": train_config(study, seed_b, data),
+        "run_a": train_config(study, seed_a, data, width),
+        "run_b": train_config(study, seed_b, data, width),
         "epochs": settings["epochs"],
         "methods": settings["methods"],
         "split": study["data"]["split"],
         "path": {k: settings[k] for k in ("lambdas", "calibrate", "align_seed", "align_examples")},
     }
+    if settings["alignment"] != ["weak"]:
+        job["alignment"] = settings["alignment"]
+    return job
 
 
 def _run_pair_job(
@@ -391,8 +519,9 @@ def _run_pair_job(
     say,
 ) -> dict[str, Any]:
     """Train the pair's two runs capturing their states, then evaluate every epoch and
-    method; returns the job record's results."""
+    method (and connectivity); returns the job record's results."""
     pair, epochs = job["pair"], job["epochs"]
+    alignment = job.get("alignment", ["weak"])
     states, training, stored = {}, {}, {}
     for side, key, seed in (("A", "run_a", job["seeds"][0]), ("B", "run_b", job["seeds"][1])):
         begun = time.perf_counter()
@@ -403,24 +532,41 @@ def _run_pair_job(
         say(f"pair {pair}: trained {side} (seed {seed}) to epoch {max(epochs)} in {seconds:.1f} s")
         if store is not None:
             stored[side] = _store_final(store, job[key], model, history, data, seconds, device)
+    finals = {}
+    if "strong" in alignment:
+        last = max(epochs)
+        for method in job["methods"]:
+            if method != "none":
+                finals[method] = final_alignment(
+                    study, job["run_a"], (states["A"][last], states["B"][last]), data, method,
+                    device,
+                )  # fmt: skip
     path_rows, barrier_rows = [], []
     for epoch in epochs:
         done = []
         for method in job["methods"]:
-            labels = {"pair": pair, "epoch": epoch, "method": method,
-                      "seed_a": job["seeds"][0], "seed_b": job["seeds"][1]}  # fmt: skip
-            rows, row = _evaluate(
-                study,
-                job["run_a"],
-                (states["A"][epoch], states["B"][epoch]),
-                data,
-                labels,
-                method,
-                device,
-            )
-            path_rows += rows
-            barrier_rows.append(row)
-            done.append(f"{method} {row['max_minus_mean_loss']:.3f}")
+            for connectivity in alignment:
+                if method == "none" and connectivity == "strong":
+                    continue  # the identity: the weak rows are the strong ones
+                final = finals[method] if connectivity == "strong" else None
+                labels = {"pair": pair, "epoch": epoch, "method": method}
+                if "strong" in alignment:
+                    labels["connectivity"] = "weak" if final is None else "strong"
+                labels.update(seed_a=job["seeds"][0], seed_b=job["seeds"][1])
+                rows, row = _evaluate(
+                    study,
+                    job["run_a"],
+                    (states["A"][epoch], states["B"][epoch]),
+                    data,
+                    labels,
+                    method,
+                    device,
+                    final,
+                )
+                path_rows += rows
+                barrier_rows.append(row)
+                name = method if final is None else f"{method} (strong)"
+                done.append(f"{name} {row['max_minus_mean_loss']:.3f}")
         say(f"pair {pair} epoch {epoch}: loss barrier (max - mean, nats) " + ", ".join(done))
     return {"paths": path_rows, "barriers": barrier_rows, "training": training, "stored": stored}
 
@@ -434,6 +580,7 @@ def run_onset(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
     settings = study[KIND]
     store_final = max(settings["epochs"]) == study["train"].get("epochs", TrainSettings().epochs)
     store = RunStore(options.job_context().runs_dir) if store_final else None
+    several = isinstance(settings["width"], list)
 
     def say(text: str) -> None:
         if not options.quiet:
@@ -448,29 +595,28 @@ def run_onset(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
             runs_dir=None if store is None else str(store.root),
         )
         data = load_data(study, options, device=torch_device)
-        jobs = [pair_job(study, pair, data) for pair in range(settings["pairs"])]
+        cells = [(w, pair) for w in widths(settings) for pair in range(settings["pairs"])]
+        jobs = [pair_job(study, pair, data, width) for width, pair in cells]
         ids = [f"{KIND}-{config_hash(job)}" for job in jobs]
         record.running()
         counts = {"total": len(jobs), "reused": 0, "run": 0}
-        results = []
+        tables: dict[str, list[dict]] = {"onset": [], "barriers": []}
 
         def compute(job: dict[str, Any]) -> dict[str, Any]:
             if store is not None:
                 store.check_writable()
             return _run_pair_job(study, job, data, store, torch_device, say)
 
-        for job, job_id in zip(jobs, ids):
+        for (width, _), job, job_id in zip(cells, jobs, ids):
+            if several:
+                say(f"width {width:g}, pair {job['pair']}")
             result, reused = reuse_or_run(out, job_id, job, partial(compute, job))
-            results.append(result)
             counts["reused" if reused else "run"] += 1
             if reused:
                 say(f"pair {job['pair']}: reused ({job_id}.json)")
-        files = write_tables(
-            out,
-            OUTPUTS,
-            {
-                "onset": [r for x in results for r in x["paths"]],
-                "barriers": [r for x in results for r in x["barriers"]],
-            },
-        )
+            for key, file_key in (("paths", "onset"), ("barriers", "barriers")):
+                # the width is a label of the table, not of the job's rows (a job is the same
+                # at one width or in a list of them)
+                tables[file_key] += [{**r, "width": width} if several else r for r in result[key]]
+        files = write_tables(out, outputs(study), tables)
         return record.finished(counts, files, job_ids=ids)

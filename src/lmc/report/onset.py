@@ -7,6 +7,14 @@ table per method of the barriers against the training epoch of both endpoints (m
 std over pairs), and the figure of the barrier against the epoch, one line per method. Never
 computes a model: the numbers are the files'.
 
+Connectivity along training (``[onset] alignment``, Sharma et al. 2024): a ``connectivity``
+column says whether a row's alignment was found at its own epoch (``weak``, the method's own
+name here) or between the final models and applied at every epoch (``strong``: the series
+``"<method> (strong)"``, drawn dashed in the method's colour beside its weak line, with a
+sentence on the epochs where each connects the pair); a file without the column holds weak rows
+only. A ``width`` column (a study at several widths) gives one verdict, one set of tables and
+one row of panels per width; without it the study is at its one width.
+
 Units: losses are mean cross-entropies in nats; accuracies are fractions in the files and
 shown in percent (barriers in percentage points). The path is θ(λ) = (1 − λ)θ_A + λθ_B with
 λ = 0 at A; ``max_minus_mean_loss`` (Git Re-Basin's barrier) is max_λ L(λ) − ½(L_A + L_B),
@@ -24,7 +32,7 @@ from lmc.config import LmcError
 from .document import Block, Heading, Note, Para, Table
 from .figures import Plot
 from .page import Figures, Page, read_record
-from .style import finish_axes, method_style, new_figure, render
+from .style import finish_axes, fmt_width, method_style, new_figure, render
 
 #: The verdict's thresholds: after weight matching the last epoch's barrier must be at most
 #: ``FALL`` times its largest value at an earlier epoch (it fell over training) and at most
@@ -38,6 +46,27 @@ SERIES = {
 }
 
 Summary = dict[str, dict[int, dict[str, tuple[float, float, int]]]]
+#: The suffix of a strong-connectivity series' name (:func:`series_name`).
+STRONG = " (strong)"
+
+
+def series_name(row: dict) -> str:
+    """The series a barriers.csv row belongs to: its method (each epoch's own alignment: weak
+    connectivity, and every row of a file without a ``connectivity`` column), or
+    ``"<method> (strong)"`` (the final models' alignment at every epoch)."""
+    return row["method"] + (STRONG if row.get("connectivity") == "strong" else "")
+
+
+def _base(series: str) -> str:
+    return series.removesuffix(STRONG)
+
+
+def by_width(rows: list[dict], width: Any = None) -> dict[Any, list[dict]]:
+    """The rows of each width, in increasing width (the ``width`` column; a file without it is
+    at the one width ``width``)."""
+    if not rows or "width" not in rows[0]:
+        return {width: rows}
+    return {w: [r for r in rows if r["width"] == w] for w in sorted({r["width"] for r in rows})}
 
 
 def _read(folder: Path) -> tuple[dict[str, Any], str | None, list[dict]]:
@@ -54,14 +83,16 @@ def _read(folder: Path) -> tuple[dict[str, Any], str | None, list[dict]]:
 
 
 def summarise(rows: list[dict]) -> Summary:
-    """method -> epoch -> column -> (mean, sample std, pairs) over the pairs, for the
+    """series (:func:`series_name`) -> epoch -> column -> (mean, sample std, pairs) over the
+    pairs, for the
     :data:`SERIES` columns and ``endpoint_accuracy`` (the mean of A's and B's accuracy, a
     fraction), in the files' units."""
     from lmc.experiments.cells import mean_std, method_sort_key
 
     out: Summary = {}
-    for method in sorted({r["method"] for r in rows}, key=method_sort_key):
-        mine = [r for r in rows if r["method"] == method]
+    names = {series_name(r) for r in rows}
+    for method in sorted(names, key=lambda n: (method_sort_key(_base(n)), n)):
+        mine = [r for r in rows if series_name(r) == method]
         out[method] = {}
         for epoch in sorted({int(r["epoch"]) for r in mine}):
             at = [r for r in mine if int(r["epoch"]) == epoch]
@@ -139,6 +170,40 @@ def verdict(summary: Summary) -> str:
     return head + tail + "."
 
 
+def strong_sentence(summary: Summary, method: str = "weight") -> str:
+    """One sentence on strong against weak connectivity (Sharma et al. 2024) for ``method``
+    (empty without its strong series or ``none``): the first epoch from which on each
+    alignment keeps the barrier (max − mean, nats, mean over pairs) at most :data:`FALL`
+    times the naive one, and the two barriers at the first epoch after the initialisation."""
+    strong = method + STRONG
+    if strong not in summary or method not in summary or "none" not in summary:
+        return ""
+    epochs = sorted(set(summary[strong]) & set(summary[method]) & set(summary["none"]))
+    if not epochs:
+        return ""
+
+    def onset(series: str) -> int | None:
+        ok = [_mean(summary, series, e) <= FALL * _mean(summary, "none", e) for e in epochs]
+        for i, e in enumerate(epochs):
+            if all(ok[i:]):
+                return e
+        return None
+
+    def said(e: int | None) -> str:
+        return "at no compared epoch" if e is None else f"from epoch {e} on"
+
+    first = next((e for e in epochs if e > 0), epochs[0])
+    label = method_style(method)[2].lower()
+    return (
+        f"With the final models' {label} applied at every epoch (strong connectivity) the "
+        f"barrier is at most {FALL:g} of the naive one {said(onset(strong))}; with each "
+        f"epoch's own (weak) {said(onset(method))}. At epoch {first} the barrier is "
+        f"{_mean(summary, strong, first):.3f} nats (strong) against "
+        f"{_mean(summary, method, first):.3f} (weak) and {_mean(summary, 'none', first):.3f} "
+        "(none)."
+    )
+
+
 def _ratio(a: float, b: float) -> str:
     """``a / b`` in percent, to two significant digits below 10 %."""
     if not (b > 0 and math.isfinite(a / b)):
@@ -157,10 +222,15 @@ def _cell(stats: tuple[float, float, int], scale: float, digits: int) -> str:
     return text
 
 
-def _tables(summary: Summary, pairs: int) -> list[Block]:
+#: The tables' caption note on a strong series.
+FINAL_NOTE = "; B aligned with the alignment found between the final models"
+
+
+def _tables(summary: Summary, pairs: int, level: int = 3) -> list[Block]:
     blocks: list[Block] = []
     for method, epochs in summary.items():
-        label = method_style(method)[2]
+        strong = method.endswith(STRONG)
+        label = method_style(_base(method))[2] + (", strong" if strong else "")
         rows = []
         for epoch, cells in epochs.items():
             row = [str(epoch)]
@@ -179,15 +249,16 @@ def _tables(summary: Summary, pairs: int) -> list[Block]:
         if method != "none" and "none" in summary:
             header.append("max − mean / none's")
         blocks += [
-            Heading(3, f"{label} (`{method}`)"),
+            Heading(level, f"{label} (`{_base(method)}`{', final alignment' if strong else ''})"),
             Table(
                 header,
                 rows,
                 caption=(
                     f"Mean ± sample std over {pairs} pair(s) of the barriers between A and "
                     f"{'B' if method == 'none' else 'B aligned onto A'} after that many "
-                    "epochs of both (0 = initialisation); endpoint accuracy: the mean of A's "
-                    "and B's."
+                    "epochs of both (0 = initialisation"
+                    f"{FINAL_NOTE if strong else ''}"
+                    "); endpoint accuracy: the mean of A's and B's."
                 ),
                 align=["r"] * len(header),
             ),
@@ -195,18 +266,29 @@ def _tables(summary: Summary, pairs: int) -> list[Block]:
     return blocks
 
 
-def _figure(summary: Summary) -> Plot:
-    fig, axes = new_figure(1, 2, panel=(5.0, 3.6))
+def _figure(summaries: dict[Any, Summary]) -> Plot:
+    """One row of panels (loss, accuracy barrier) per width of ``summaries`` (width ->
+    summary; one key ``None`` for a study at one width)."""
+    fig, axes = new_figure(len(summaries), 2, panel=(5.0, 3.6))
     panels = (("max_minus_mean_loss", "loss barrier, max − mean (nats)"),
               ("accuracy_barrier", "accuracy barrier (points)"))  # fmt: skip
-    for ax, (key, ylabel) in zip(axes[0], panels):
+    cells = [
+        (ax, key, ylabel, width, summary)
+        for row, (width, summary) in zip(axes, summaries.items())
+        for ax, (key, ylabel) in zip(row, panels)
+    ]
+    for ax, key, ylabel, width, summary in cells:
         scale = SERIES[key][1]
         for method, epochs in summary.items():
-            colour, marker, label = method_style(method)
+            strong = method.endswith(STRONG)
+            colour, marker, label = method_style(_base(method))
+            if strong:
+                label += ", strong (final alignment)"
             xs = list(epochs)
             mean = [scale * epochs[e][key][0] for e in xs]
             std = [scale * epochs[e][key][1] for e in xs]
-            ax.plot(xs, mean, color=colour, marker=marker, ms=4, lw=1.6, label=label)
+            ax.plot(xs, mean, color=colour, marker=marker, ms=4, lw=1.6, label=label,
+                    ls="--" if strong else "-", mfc="white" if strong else colour)  # fmt: skip
             if any(math.isfinite(s) and s > 0 for s in std):
                 low = [m - (s if math.isfinite(s) else 0.0) for m, s in zip(mean, std)]
                 high = [m + (s if math.isfinite(s) else 0.0) for m, s in zip(mean, std)]
@@ -217,8 +299,9 @@ def _figure(summary: Summary) -> Plot:
         ax.set_ylabel(ylabel)
         finish_axes(ax)
         ax.legend(fontsize=8)
-    axes[0][0].set_title("loss barrier against training time")
-    axes[0][1].set_title("accuracy barrier against training time")
+        at = "" if width is None else f" (width {fmt_width(width)})"
+        what = "loss" if key == "max_minus_mean_loss" else "accuracy"
+        ax.set_title(f"{what} barrier against training time{at}")
     fig.suptitle("Git Re-Basin Fig. 3: when does permutation alignment connect the pair?")
     caption = (
         "The barrier of the path θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A; B permuted onto A for "
@@ -227,6 +310,13 @@ def _figure(summary: Summary) -> Plot:
         "(mean cross-entropy, nats); right: the accuracy barrier, the largest drop below the "
         "chord (percentage points). Lines: mean over pairs; bands: ± one sample std."
     )
+    if any(m.endswith(STRONG) for summary in summaries.values() for m in summary):
+        caption += (
+            " Dashed: strong connectivity, B aligned at every epoch with the alignment found "
+            "between the final models (solid: each epoch's own, weak)."
+        )
+    if len(summaries) > 1:
+        caption += " One row per width."
     return Plot("onset", "Barrier against training epoch", caption, render(fig))
 
 
@@ -254,28 +344,45 @@ def onset_page(folder: Path, title: str | None = None, quiet: bool = True) -> Pa
     """The onset study's report of the results folder ``folder`` (module docstring), as
     :func:`lmc.report.write_report` writes it."""
     record, toml, rows = _read(folder)
-    summary = summarise(rows)
     config = record.get("config", {})
     settings = config.get("onset", {})
+    groups = by_width(rows)
+    several = "width" in rows[0]
+    summaries = {w if several else None: summarise(mine) for w, mine in groups.items()}
     pairs = len({int(r["pair"]) for r in rows})
+    width = settings.get("width", "?")
+    if isinstance(width, list):
+        width = ", ".join(fmt_width(w) for w in width)
     model, train, data = (config.get(k, {}) for k in ("model", "train", "data"))
     setup = Note(
         f"{pairs} pair(s) (A seed s + 2p, B seed s + 2p + 1, s = "
         f"{settings.get('seed', '?')}); model {model.get('name', '?')} width "
-        f"{settings.get('width', '?')}, {train.get('epochs', '?')} training epochs, "
+        f"{width}, {train.get('epochs', '?')} training epochs, "
         f"weight decay {settings.get('weight_decay', '?')}; measured on the "
         f"{data.get('split', '?')} split of {data.get('dataset', '?')} at "
         f"{_grid_size(settings.get('lambdas'))} values of λ."
     )
 
+    def readings(width: Any, summary: Summary) -> list[Block]:
+        blocks: list[Block] = [] if width is None else [Heading(2, f"Width {fmt_width(width)}")]
+        blocks.append(Para(verdict(summary)))
+        strong = strong_sentence(summary)
+        if strong:
+            blocks.append(Para(strong))
+        return blocks
+
     def body(figures: Figures) -> list[Block]:
+        tables: list[Block] = [Heading(2, "Barriers against the training epoch")]
+        for width, summary in summaries.items():
+            if width is not None:
+                tables.append(Heading(3, f"Width {fmt_width(width)}"))
+            tables += _tables(summary, pairs, 3 if width is None else 4)
         return [
             Para(CLAIM),
-            Para(verdict(summary)),
-            Heading(2, "Barriers against the training epoch"),
-            *_tables(summary, pairs),
+            *(b for width, summary in summaries.items() for b in readings(width, summary)),
+            *tables,
             Heading(2, "Figure"),
-            figures.block(_figure(summary)),
+            figures.block(_figure(summaries)),
             setup,
         ]
 
