@@ -117,7 +117,8 @@ def test_one_line_errors(store, digits, capsys):
     cases = [
         ([str(a.path), str(b.path)], "architecture"),
         ([str(a.path)], "at least two runs"),
-        ([str(a.path), str(a.path), "--align", "activation"], "--align"),
+        ([str(a.path), str(a.path), "--align", "magic"], "--align"),
+        ([str(a.path), str(a.path), "--align", "activation", "--rounds", "1"], "--rounds"),
         ([str(a.path), str(a.path), "--bn", "repair"], "--bn"),
         ([str(a.path), str(root / "missing")], "missing"),
     ]

@@ -171,7 +171,7 @@ def test_a_run_and_permuted_copies_merge_back_into_the_run(gpt_runs, capsys):
         (["--align", "orthogonal", "--learned-steps", "3"], "is a setting of method 'learned'"),
         (["--align", "learned", "--rounds", "-1"], "--rounds must be at least 0"),
         (["--align", "orthogonal", "--align-examples", "-2"], "--align-examples"),
-        (["--align", "activation"], "unknown --align 'activation'"),
+        (["--align", "magic"], "unknown --align 'magic'"),
     ],
 )
 def test_one_line_errors(gpt_runs, capsys, flags, message):

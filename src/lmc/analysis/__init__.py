@@ -2,7 +2,12 @@
 commutativity, second moments and spectra, streamed through forward hooks.
 
 Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: docs/science.md,
-"Layerwise connectivity"; record keys: ``RECORD_KEYS``.
+"Layerwise connectivity"; record keys: ``RECORD_KEYS`` (the built-in metrics) and
+``record_keys()`` (with the metrics registered later).
+
+- Each statistic is one :class:`LayerMetric` record (:mod:`lmc.analysis.layer_metrics`: its
+  accumulator, its columns, its table entries, its figure line and report panels); a new one
+  is one ``register_layer_metric(...)`` call.
 
 - ``layerwise(model_a, model_b, inputs, lam=0.5, ...) -> list[dict]``: one record per probe
   point per λ.
@@ -16,6 +21,7 @@ Path convention: θ(λ) = (1 − λ)θ_A + λθ_B (λ = 0 is A). Definitions: do
   stitching without an adapter (LLFC App. B.4), :mod:`lmc.analysis.stitch`.
 """
 
+from .layer_metrics import LayerMetric, record_keys, register_layer_metric
 from .layers import apply_weight, has_bias
 from .pipeline import RECORD_KEYS, AnalysisResult, analyze, layerwise
 from .probes import derive_probe_points, resolve_probe_points
@@ -38,6 +44,7 @@ __all__ = [
     "RECORD_KEYS",
     "RETENTION_KEYS",
     "AnalysisResult",
+    "LayerMetric",
     "Stitched",
     "analyze",
     "apply_weight",
@@ -52,6 +59,8 @@ __all__ = [
     "layerwise",
     "near_zero_fraction",
     "pair_retention",
+    "record_keys",
+    "register_layer_metric",
     "num_stitch_layers",
     "resolve_probe_points",
     "run_retention",

@@ -25,15 +25,12 @@ from matplotlib.figure import Figure
 
 from lmc.metrics.figures import finish_axes, log_scale, new_figure, save_figure
 
+from .layer_metrics import figure_lines
 from .theory import GAUSSIAN_RELU_LIMIT
 
-COSINES = (
-    ("lewc_cosine", "LEWC"),
-    ("llfc_cosine", "LLFC"),
-    ("endpoint_cosine", "endpoints A vs B"),
-    ("weak_additivity_cosine", "weak additivity"),
-    ("reciprocal_cosine", "reciprocal cos(W_A z_C, W_A z_A)"),
-)
+#: (record key, label) of the lines of ``cosines.png`` of the built-in metrics (generated from
+#: the metric records, :func:`lmc.analysis.layer_metrics.figure_lines`).
+COSINES = figure_lines()
 
 
 #: The formats every analysis figure is saved in, beside each other.
@@ -58,13 +55,20 @@ def _value(v: Any) -> float:
 def plot_cosines(records: Sequence[dict], path: str | os.PathLike) -> list[Path]:
     """One panel per λ of ``records`` (``lmc.analysis`` layer records): the cosines against
     depth, Theorem 5.4's Gaussian ReLU limit dashed. Saved at ``path`` (PNG, SVG beside)."""
+    return save_figure(cosines_figure(records), path, FORMATS)
+
+
+def cosines_figure(records: Sequence[dict]) -> Figure:
+    """The figure :func:`plot_cosines` saves: one line per column with a figure label of the
+    registered metrics (:func:`lmc.analysis.layer_metrics.figure_lines`) that has a value."""
+    lines = figure_lines()
     lams = list(dict.fromkeys(r["lam"] for r in records))
     fig, axes = _panels(len(lams), (4.8, 3.4))
     for ax, lam in zip(axes, lams):
         rows = [r for r in records if r["lam"] == lam]
         layers = [r["layer"] for r in rows]
-        for key, label in COSINES:
-            values = [_value(r[key]) for r in rows]
+        for key, label in lines:
+            values = [_value(r.get(key)) for r in rows]
             if not all(math.isnan(v) for v in values):
                 ax.plot(layers, values, marker="o", label=label)
         ax.axhline(GAUSSIAN_RELU_LIMIT, color="grey", ls="--", lw=0.8, label="Thm 5.4 limit")
@@ -74,7 +78,7 @@ def plot_cosines(records: Sequence[dict], path: str | os.PathLike) -> list[Path]
         ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.02)
         finish_axes(ax)
     axes[0].legend(fontsize=7, loc="lower left")
-    return save_figure(fig, path, FORMATS)
+    return fig
 
 
 def plot_moments(moments: dict[str, dict[str, np.ndarray]], path: str | os.PathLike) -> list[Path]:

@@ -14,33 +14,12 @@ import torch
 
 from lmc.store import atomic_path, save_tensors, write_json
 
-from .pipeline import RECORD_KEYS, AnalysisResult
+from .layer_metrics import column_format, record_keys, table_columns
+from .pipeline import AnalysisResult
 
-# (record key, column title) of the terminal table.
-TABLE_COLUMNS = (
-    ("name", "layer"),
-    ("layer", "l"),
-    ("lam", "lam"),
-    ("lewc_cosine", "lewc"),
-    ("lewc_relative_error", "lewc_err"),
-    ("lewc_coef_a", "a"),
-    ("lewc_expected_a", "(1-lam)^l"),
-    ("lewc_coef_b", "b"),
-    ("lewc_expected_b", "lam^l"),
-    ("llfc_cosine", "llfc"),
-    ("llfc_scale", "c"),
-    ("endpoint_cosine", "endpoint"),
-    ("weak_additivity_cosine", "weak_add"),
-    ("sign_agreement", "signs"),
-    ("reciprocal_ratio", "recip"),
-    ("reciprocal_ratio_ba", "recip_ba"),
-    ("reciprocal_cosine", "recip_cos"),
-    ("commutativity_relative", "comm_rel"),
-    ("near_zero_fraction_a", "near0_a"),
-    ("large_unit_overlap", "overlap"),
-    ("effective_rank_a", "erank_a"),
-    ("effective_rank_b", "erank_b"),
-)
+#: (record key, column title) of the terminal table of the built-in metrics (generated from
+#: the metric records, :func:`lmc.analysis.layer_metrics.table_columns`).
+TABLE_COLUMNS = table_columns()
 
 
 def _cell(value: Any) -> str:
@@ -59,8 +38,10 @@ def _cell(value: Any) -> str:
 
 def format_table(records: list[dict[str, Any]]) -> str:
     """One row per record (λ outer, layer inner), then the logits' norms per λ."""
-    header = [title for _, title in TABLE_COLUMNS]
-    rows = [[_cell(r[key]) for key, _ in TABLE_COLUMNS] for r in records]
+    columns = table_columns()
+    header = [title for _, title in columns]
+    formats = [column_format(key) or _cell for key, _ in columns]
+    rows = [[f(r[key]) for f, (key, _) in zip(formats, columns)] for r in records]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
@@ -75,12 +56,14 @@ def format_table(records: list[dict[str, Any]]) -> str:
 
 
 def write_csv(path: str | os.PathLike, records: list[dict[str, Any]]) -> None:
-    """``records`` as CSV with columns ``RECORD_KEYS``; None and NaN are empty cells."""
+    """``records`` as CSV with columns :func:`lmc.analysis.layer_metrics.record_keys` (those
+    of every registered metric); None and NaN are empty cells."""
+    keys = record_keys()
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(RECORD_KEYS))
+        writer = csv.DictWriter(handle, fieldnames=list(keys))
         writer.writeheader()
         for record in records:
-            writer.writerow({k: _csv_value(record[k]) for k in RECORD_KEYS})
+            writer.writerow({k: _csv_value(record[k]) for k in keys})
 
 
 def _csv_value(value: Any) -> Any:

@@ -46,195 +46,93 @@ from lmc.config import LmcError, check_finite, check_lambda, progress
 from lmc.merge import lerp_into
 from lmc.models import ProbePoint, eval_mode
 
-from .accumulators import (
-    CommutativityStats,
-    EndpointStats,
-    FeatureGram,
-    LewcStats,
-    LlfcStats,
-    LogitNormStats,
-    ReciprocalCosineStats,
-    ReciprocalStats,
-    SecondMomentStats,
-    WeakAdditivityStats,
-    example_rows,
-    row_dots,
-    unit_rows,
+from .accumulators import SecondMomentStats, unit_rows
+from .layer_metrics import (
+    LAYER_METRICS,
+    EndpointBatch,
+    MergedBatch,
+    ProbeFinal,
+    ProbeSite,
+    record_keys,
 )
-from .layers import (
-    activation_function,
-    apply_weight,
-    has_bias,
-    has_norm,
-    unfolded_sq_norm,
-    weight_distance,
-)
+from .layers import has_bias, has_norm
 from .probes import Capture, Recorder, activation_name, resolve_probe_points
-from .retention import RETENTION_KEYS, SHARED_RANK_RULE, layer_retention
-from .spectra import effective_rank, singular_values, stable_rank
+from .retention import SHARED_RANK_RULE
+from .spectra import singular_values
 from .theory import GAUSSIAN_RELU_LIMIT, gaussian_relu_cosine
-from .units import LARGE_ENERGY, NEAR_ZERO, unit_summary
+from .units import LARGE_ENERGY, NEAR_ZERO
 
 StateDict = dict[str, torch.Tensor]
 
-#: The keys of every layerwise record, in order: the columns of ``layers.csv``
-#: (docs/science.md defines each).
-RECORD_KEYS = (
-    "layer",
-    "name",
-    "kind",
-    "lam",
-    "units",
-    "activation",
-    "has_bias",
-    "lewc_cosine",
-    "lewc_relative_error",
-    "lewc_coef_a",
-    "lewc_coef_b",
-    "lewc_expected_a",
-    "lewc_expected_b",
-    "llfc_cosine",
-    "llfc_scale",
-    "endpoint_cosine",
-    "weak_additivity_cosine",
-    "sign_agreement",
-    "reciprocal_ratio",
-    "reciprocal_ratio_ba",
-    "reciprocal_cosine",
-    "commutativity_distance",
-    "commutativity_relative",
-    "commutativity_vs_features",
-    "weight_distance",
-    "input_distance",
-    "near_zero_fraction_a",
-    "near_zero_fraction_b",
-    "large_unit_fraction_a",
-    "large_unit_fraction_b",
-    "large_unit_overlap",
-    "stable_rank_a",
-    "stable_rank_b",
-    "effective_rank_a",
-    "effective_rank_b",
-    *RETENTION_KEYS,
-    "logit_norm",
-    "logit_norm_a",
-    "logit_norm_b",
-    "logit_norm_lewc",
-    "n_examples",
-)
-
-
-@dataclass
-class _Batch:
-    """What one batch's λ-free update hands to the merged models' updates of that batch."""
-
-    f_a: torch.Tensor
-    f_b: torch.Tensor
-    aa: torch.Tensor  # per-example ⟨f_A, f_A⟩
-    ab: torch.Tensor
-    bb: torch.Tensor
-    wa_za: torch.Tensor | None = None  # W_A z_A as unit rows (layers with a weight)
-
-
-@dataclass
-class _MergedStats:
-    lewc: LewcStats
-    llfc: LlfcStats
-    reciprocal_cosine: ReciprocalCosineStats | None
-    logit_norms: LogitNormStats | None
+#: The keys of every layerwise record of the built-in metrics, in order: the columns of
+#: ``layers.csv`` (docs/science.md defines each). Generated from the metric records
+#: (:mod:`lmc.analysis.layer_metrics`); :func:`lmc.analysis.layer_metrics.record_keys` also
+#: holds the columns of metrics registered later.
+RECORD_KEYS = record_keys()
 
 
 class _ProbeStats:
-    """All accumulators of one probe point."""
+    """The accumulators of one probe point: each registered metric's (λ-free ones once, the
+    ``per_lam`` ones once per λ), and the per-unit second moments of A and B."""
 
     def __init__(
         self, point: ProbePoint, modules_a: dict, modules_b: dict, lams: Sequence[float]
     ) -> None:
-        self.point = point
-        self.weight_module = modules_a[point.weight] if point.weight else None
-        self.weight_a = self.weight_module.weight if self.weight_module is not None else None
-        self.weight_b = modules_b[point.weight].weight if point.weight else None
+        weight_module = modules_a[point.weight] if point.weight else None
         act = modules_a[point.preactivation] if point.preactivation else None
-        self.activation = activation_name(act)
-        self.endpoint = EndpointStats()
-        self.weak = WeakAdditivityStats(activation_function(act)) if act is not None else None
+        self.site = ProbeSite(
+            point=point,
+            weight_module=weight_module,
+            weight_a=weight_module.weight if weight_module is not None else None,
+            weight_b=modules_b[point.weight].weight if point.weight else None,
+            activation_module=act,
+            activation=activation_name(act),
+        )
+        self.point = point
         self.moments_a = SecondMomentStats()
         self.moments_b = SecondMomentStats()
-        has_w = self.weight_module is not None
-        self.reciprocal = ReciprocalStats() if has_w else None
-        self.commutativity = None
-        if has_w:
-            distance = weight_distance(self.weight_a, self.weight_b)
-            self.commutativity = CommutativityStats(distance)
-        self.merged = {
-            lam: _MergedStats(
-                LewcStats(lam, point.layer),
-                LlfcStats(lam),
-                ReciprocalCosineStats() if has_w else None,
-                LogitNormStats(lam, point.layer) if point.kind == "logits" else None,
-            )
-            for lam in lams
-        }
+        self.endpoint = {}
+        self.merged: dict[float, dict] = {lam: {} for lam in lams}
+        for name, metric in LAYER_METRICS.items():
+            if metric.per_lam:
+                for lam in lams:
+                    acc = metric.accumulator(self.site, lam)
+                    if acc is not None:
+                        self.merged[lam][name] = acc
+            else:
+                acc = metric.accumulator(self.site)
+                if acc is not None:
+                    self.endpoint[name] = acc
 
-    def update_endpoints(self, cap_a: Capture, cap_b: Capture) -> _Batch:
+    @property
+    def weight_module(self):
+        return self.site.weight_module
+
+    def update_endpoints(self, cap_a: Capture, cap_b: Capture) -> EndpointBatch:
         """λ-free statistics of one batch; returns what the merged models' updates reuse."""
-        f_a, f_b = example_rows(cap_a.output), example_rows(cap_b.output)
-        batch = _Batch(f_a, f_b, row_dots(f_a, f_a), row_dots(f_a, f_b), row_dots(f_b, f_b))
-        self.endpoint.update(batch.aa, batch.ab, batch.bb)
-        if self.weak is not None:
-            self.weak.update(cap_a.pre, cap_b.pre)
+        batch = EndpointBatch(self.site, cap_a, cap_b)
+        for acc in self.endpoint.values():
+            acc.update(batch)
         # second moments of the pre-activation; of the output where there is none, or where it
         # is attention's (q, k, v)
         source_a = cap_a.pre if isinstance(cap_a.pre, torch.Tensor) else cap_a.output
         source_b = cap_b.pre if isinstance(cap_b.pre, torch.Tensor) else cap_b.output
         self.moments_a.update(unit_rows(source_a))
         self.moments_b.update(unit_rows(source_b))
-        if self.weight_module is not None:
-            za, zb = cap_a.inputs, cap_b.inputs
-            products = {
-                "aa": apply_weight(self.weight_module, self.weight_a, za),
-                "ab": apply_weight(self.weight_module, self.weight_a, zb),
-                "ba": apply_weight(self.weight_module, self.weight_b, za),
-                "bb": apply_weight(self.weight_module, self.weight_b, zb),
-            }
-            rows = {k: unit_rows(v) for k, v in products.items()}
-            self.reciprocal.update(rows["aa"], rows["ab"], rows["ba"], rows["bb"])
-            self.commutativity.update(
-                rows["aa"],
-                rows["ab"],
-                rows["ba"],
-                rows["bb"],
-                unfolded_sq_norm(self.weight_module, za - zb),
-                za.shape[0],
-            )
-            batch.wa_za = rows["aa"]
         return batch
 
-    def update_merged(self, lam: float, batch: _Batch, cap_c: Capture) -> None:
-        stats = self.merged[lam]
-        f_c = example_rows(cap_c.output)
-        gram = FeatureGram(
-            batch.aa,
-            batch.ab,
-            batch.bb,
-            row_dots(batch.f_a, f_c),
-            row_dots(batch.f_b, f_c),
-            row_dots(f_c, f_c),
-        )
-        stats.lewc.update(gram)
-        stats.llfc.update(gram)
-        if stats.reciprocal_cosine is not None:
-            ac = unit_rows(apply_weight(self.weight_module, self.weight_a, cap_c.inputs))
-            stats.reciprocal_cosine.update(ac, batch.wa_za)
-        if stats.logit_norms is not None:
-            stats.logit_norms.update(gram)
+    def update_merged(self, lam: float, batch: EndpointBatch, cap_c: Capture) -> None:
+        merged = MergedBatch(lam, batch, cap_c)
+        for acc in self.merged[lam].values():
+            acc.update(merged)
 
 
 @dataclass
 class AnalysisResult:
     """What ``analyze`` found.
 
-    ``records``: one dict per λ and probe point (keys ``RECORD_KEYS``; ``None`` where a
+    ``records``: one dict per λ and probe point (keys :func:`record_keys`, ``RECORD_KEYS`` for
+    the built-in metrics; ``None`` where a
     statistic does not apply, NaN where it is undefined, e.g. 0/0). ``moments[name]["a"|"b"]``:
     per-unit √E[z~_i²] (numpy, one value per unit). ``spectra[name]["a"|"b"]``: singular values
     of the layer's weight, descending (only for points with a weight, when computed).
@@ -260,13 +158,13 @@ class AnalysisResult:
 
     def to_dataframe(self) -> Any:
         """``records`` as a ``pandas.DataFrame``: one row per record (λ outer, probe point
-        inner, as ``records``), the columns ``RECORD_KEYS`` in that order; ``None`` (a
+        inner, as ``records``), the columns :func:`record_keys` in that order; ``None`` (a
         statistic that does not apply) becomes NaN in numeric columns. Needs pandas
         (``pip install 'lmc[pandas]'``); imported only when called."""
         from lmc.metrics.result import import_pandas
 
         pd = import_pandas()
-        frame = pd.DataFrame(self.records, columns=list(RECORD_KEYS)).infer_objects()
+        frame = pd.DataFrame(self.records, columns=list(record_keys())).infer_objects()
         empty = [c for c in frame.columns if frame[c].isna().all()]
         return frame.astype({c: "float64" for c in empty})
 
@@ -419,18 +317,28 @@ def analyze(
         for p in probes:
             if p.weight_module is not None:
                 spectra_out[p.point.name] = {
-                    "a": singular_values(p.weight_a),
-                    "b": singular_values(p.weight_b),
+                    "a": singular_values(p.site.weight_a),
+                    "b": singular_values(p.site.weight_b),
                 }
     bias = has_bias(model_a)
-    retained = _retention(probes, init_states)
+    finals = {
+        p.point.name: ProbeFinal(
+            site=p.site,
+            moments=moments[p.point.name],
+            spectra=spectra_out.get(p.point.name),
+            near_zero=near_zero,
+            large_energy=large_energy,
+            init_states=init_states,
+            n_examples=n_examples,
+        )
+        for p in probes
+    }
+    endpoint_values = {p.point.name: _finalize(p.endpoint, finals[p.point.name]) for p in probes}
     records = []
     for value in lams:
         for p in probes:
-            records.append(
-                _record(p, value, moments, spectra_out, bias, n_examples, near_zero, large_energy)
-            )
-            records[-1].update(retained.get(p.point.name, {}))
+            final = finals[p.point.name]
+            records.append(_record(p, value, final, bias, endpoint_values[p.point.name]))
     settings = {
         "lams": lams,
         "n_examples": n_examples,
@@ -494,30 +402,6 @@ def _prepare(x: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch
     return x.to(device=device, dtype=dtype if x.is_floating_point() else None)
 
 
-def _retention(
-    probes: list[_ProbeStats], init_states: tuple[StateDict, StateDict] | None
-) -> dict[str, dict[str, Any]]:
-    """Probe point name -> its retention columns (points with a weight), from ``init_states``."""
-    if init_states is None:
-        return {}
-    init_a, init_b = init_states
-    out = {}
-    for p in probes:
-        if p.weight_module is None:
-            continue
-        key = f"{p.point.weight}.weight"
-        missing = [side for side, state in (("A", init_a), ("B", init_b)) if key not in state]
-        if missing:
-            raise LmcError(
-                f"init_states: the initial state of {missing[0]} has no {key!r}: "
-                "it is of another architecture"
-            )
-        out[p.point.name] = layer_retention(
-            p.weight_a, p.weight_b, init_a[key], init_b[key], name=key
-        )
-    return out
-
-
 def _load(model: nn.Module, state: StateDict, what: str) -> None:
     try:
         model.load_state_dict(state, strict=True)
@@ -526,48 +410,35 @@ def _load(model: nn.Module, state: StateDict, what: str) -> None:
         raise LmcError(f"{what} does not fit model A's architecture: {first}") from exc
 
 
+def _finalize(accumulators: dict, final: ProbeFinal) -> dict[str, Any]:
+    """The values of ``accumulators`` (metric name -> accumulator), in registry order."""
+    values: dict[str, Any] = {}
+    for acc in accumulators.values():
+        values.update(acc.finalize(final))
+    return values
+
+
 def _record(
     probe: _ProbeStats,
     lam: float,
-    moments: dict,
-    spectra: dict,
+    final: ProbeFinal,
     bias: bool,
-    n_examples: int,
-    near_zero: float,
-    large_energy: float,
+    endpoint_values: dict[str, Any],
 ) -> dict[str, Any]:
+    """One record: the identity columns, then every metric's values (``None`` where it does
+    not apply), keyed and ordered as :func:`record_keys`."""
     point = probe.point
-    merged = probe.merged[lam]
-    record: dict[str, Any] = dict.fromkeys(RECORD_KEYS)
-    m = moments[point.name]
+    record: dict[str, Any] = dict.fromkeys(record_keys())
     record.update(
         layer=point.layer,
         name=point.name,
         kind=point.kind,
         lam=lam,
-        units=int(m["a"].size),
-        activation=probe.activation,
+        units=int(final.moments["a"].size),
+        activation=probe.site.activation,
         has_bias=bias,
-        n_examples=n_examples,
+        n_examples=final.n_examples,
     )
-    record.update(merged.lewc.finalize())
-    record.update(merged.llfc.finalize())
-    record.update(probe.endpoint.finalize())
-    if probe.weak is not None:
-        record.update(probe.weak.finalize())
-    if probe.reciprocal is not None:
-        record.update(probe.reciprocal.finalize())
-        record.update(merged.reciprocal_cosine.finalize())
-        record.update(probe.commutativity.finalize())
-    record.update(unit_summary(m["a"], m["b"], near_zero=near_zero, energy=large_energy))
-    if point.name in spectra:
-        sv = spectra[point.name]
-        record.update(
-            stable_rank_a=stable_rank(sv["a"]),
-            stable_rank_b=stable_rank(sv["b"]),
-            effective_rank_a=effective_rank(sv["a"]),
-            effective_rank_b=effective_rank(sv["b"]),
-        )
-    if merged.logit_norms is not None:
-        record.update(merged.logit_norms.finalize())
+    record.update(endpoint_values)
+    record.update(_finalize(probe.merged[lam], final))
     return record

@@ -173,6 +173,13 @@ def stitching_errors(
             for start in range(0, len(x), batch_size):
                 xb = x[start : start + batch_size].to(device)
                 yb = y[start : start + batch_size].to(device)
-                wrong += int((~task.correct(model(xb), yb)).sum())
-            errors.append(wrong / y.numel())
+                right = task.correct_count(model(xb), yb)
+                if right is None:
+                    raise LmcError(
+                        f"stitching measures test errors, and the {task.name} task has no "
+                        "accuracy: stitching_errors needs a task whose predictions are right "
+                        "or wrong (classification, next-token)"
+                    )
+                wrong += task.num_predictions(yb) - int(right)
+            errors.append(wrong / task.num_predictions(y))
     return errors

@@ -26,6 +26,7 @@ import sys
 import textwrap
 from typing import Any
 
+from lmc.analysis.layer_metrics import column_format, column_notes, compact_columns
 from lmc.config import environment_info
 from lmc.merge import BN_MODES
 from lmc.store import jsonable
@@ -43,23 +44,14 @@ from .common import (
 )
 from .method_flags import given_settings
 
-#: The printed table's columns: (title, record key). The legend under the table names each
-#: title's record key, defined in docs/science.md ("Layerwise connectivity"). Every column of
-#: the full records (lmc.analysis.RECORD_KEYS) is in layers.csv (--out) and in --json.
-COMPACT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("layer", "name"),
-    ("lam", "lam"),
-    ("LEWC cos", "lewc_cosine"),
-    ("LEWC err", "lewc_relative_error"),
-    ("LLFC cos", "llfc_cosine"),
-    ("A-B cos", "endpoint_cosine"),
-    ("weak-add", "weak_additivity_cosine"),
-    ("signs", "sign_agreement"),
-    ("recip", "reciprocal_ratio"),
-    ("comm", "commutativity_relative"),
-)
+#: The printed table's columns: (title, record key), generated from the layerwise metric
+#: records (lmc.analysis.layer_metrics: a column's ``title``; a metric registered later is
+#: printed too). The legend under the table names each title's record key, defined in
+#: docs/science.md ("Layerwise connectivity"). Every column of the full records
+#: (lmc.analysis.layer_metrics.record_keys()) is in layers.csv (--out) and in --json.
+COMPACT_COLUMNS: tuple[tuple[str, str], ...] = compact_columns()
 #: A few words after the record keys that need them.
-COLUMN_NOTES = {"name": "probe point", "lam": "theta(lam) = (1-lam) theta_A + lam theta_B"}
+COLUMN_NOTES = column_notes()
 #: Longest layer name printed whole; longer ones keep their end ("..." + tail).
 NAME_CHARS = 16
 TABLE_WIDTH = 100
@@ -90,11 +82,13 @@ def compact_table(records: list[dict[str, Any]]) -> str:
     """The printed summary of an analysis: one row per record (λ outer, layer inner) with the
     :data:`COMPACT_COLUMNS`, a legend naming each column's record key (wrapped to
     :data:`TABLE_WIDTH` columns), and the logits' norms per λ. Fits in 100 columns."""
-    header = [title for title, _ in COMPACT_COLUMNS]
+    columns = compact_columns()
+    header = [title for title, _ in columns]
+    cell = {key: column_format(key) or _short for _, key in columns}
     rows = [
         [
-            _name(r[key]) if key == "name" else f"{r[key]:g}" if key == "lam" else _short(r[key])
-            for _, key in COMPACT_COLUMNS
+            _name(r[key]) if key == "name" else f"{r[key]:g}" if key == "lam" else cell[key](r[key])
+            for _, key in columns
         ]
         for r in records
     ]
@@ -116,9 +110,10 @@ def legend() -> list[str]:
     """The lines under the table: each column's ``title = record key`` (the keys of
     layers.csv, defined in docs/science.md), then where the full records are; wrapped to
     :data:`TABLE_WIDTH`, continuation lines indented."""
+    notes = column_notes()
     parts = [
-        f"{title} = {key}" + (f" ({COLUMN_NOTES[key]})" if key in COLUMN_NOTES else "")
-        for title, key in COMPACT_COLUMNS
+        f"{title} = {key}" + (f" ({notes[key]})" if key in notes else "")
+        for title, key in compact_columns()
     ]
     text = (
         "Columns = record keys (docs/science.md, Layerwise connectivity): "

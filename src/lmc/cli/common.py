@@ -127,25 +127,12 @@ def resolve_run(text: str, runs_dir: str | None):
     return load_run(path)
 
 
-def _first_difference(a: Any, b: Any, where: str) -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in list(a) + [k for k in b if k not in a]:
-            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}")
-            if found:
-                return found
-        return None
-    return None if a == b else f"{where} is {a!r} in RUN_A but {b!r} in RUN_B"
-
-
 def check_same_data(run_a, run_b, verb: str) -> None:
-    """One-line ``LmcError`` naming the first difference of the two runs' datasets (their
-    architectures are compared on the built models, by ``lmc.models.check_same_architecture``)."""
-    for key in ("dataset", "dataset_options"):
-        found = _first_difference(run_a.config.get(key), run_b.config.get(key), key)
-        if found:
-            raise LmcError(
-                f"the runs do not match: {found}; {verb} needs two models trained on one dataset"
-            )
+    """One-line ``LmcError`` naming the first difference of the two runs' datasets
+    (:func:`lmc.pair.aligned.check_same_data`)."""
+    from lmc.pair.aligned import check_same_data as check
+
+    check(run_a, run_b, verb)
 
 
 def load_pair(args: argparse.Namespace, verb: str):

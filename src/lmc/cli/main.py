@@ -1,13 +1,21 @@
-"""The ``lmc`` command. Thin: every verb parses its options and calls the library."""
+"""The ``lmc`` command. Thin: every verb parses its options and calls the library.
+
+Start-up is light: building the top-level parser imports no verb module (so neither torch nor
+the library), and a command line imports the one verb it names (:func:`build_parser` with
+``verbs``). ``lmc --help`` and ``lmc recipes`` never import torch; ``lmc VERB --help`` imports
+VERB's module, which for most verbs means torch and the part of the library the verb's options
+are read from (the model registry for ``lmc train``, the alignment methods for ``lmc align``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
+from collections.abc import Iterable, Sequence
 
 from lmc import __version__
-from lmc.config import LmcError
 
 # verb -> (module under lmc.cli, one-line help). Modules are imported only when needed.
 VERBS: dict[str, tuple[str, str]] = {
@@ -47,7 +55,15 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _verb_exists(module_name: str) -> bool:
+    """Whether ``lmc.cli.<module_name>`` is there (found without importing it)."""
+    return importlib.util.find_spec(f"lmc.cli.{module_name}") is not None
+
+
+def build_parser(verbs: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The ``lmc`` parser. ``verbs``: the verbs whose own options are built (their modules
+    imported); the others are listed with their one-line help only. Default: every verb."""
+    wanted = set(VERBS) if verbs is None else set(verbs)
     parser = Parser(
         prog="lmc",
         description="Linear mode connectivity: train, align, merge, measure and explain. "
@@ -56,25 +72,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lmc {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, (module_name, help_text) in VERBS.items():
-        try:
-            module = importlib.import_module(f"lmc.cli.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"lmc.cli.{module_name}":
-                raise
+        if not _verb_exists(module_name):
             continue
+        if verb not in wanted:
+            sub.add_parser(verb, help=help_text, add_help=False)
+            continue
+        module = importlib.import_module(f"lmc.cli.{module_name}")
+        help_action = getattr(module, "HELP_ACTION", None)  # a verb's own -h/--help
         verb_parser = sub.add_parser(
             verb,
             help=help_text,
             description=module.__doc__,
             formatter_class=HelpFormatter,
+            add_help=help_action is None,
         )
+        if help_action is not None:
+            verb_parser.add_argument(
+                "-h", "--help", action=help_action, help="show this help message and exit"
+            )
         module.add_arguments(verb_parser)
         verb_parser.set_defaults(handler=module.run)
     return parser
 
 
+def named_verb(argv: Sequence[str]) -> str | None:
+    """The verb a command line names: its first word that is not an option (the top-level
+    parser's only options, ``-h`` and ``--version``, take no value), or ``None``."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verb = named_verb(argv)
+    parser = build_parser([verb] if verb in VERBS else [])
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:  # name the verb whose options these are not
@@ -90,9 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         return int(args.handler(args) or 0)
-    except LmcError as exc:
-        print(f"lmc {args.verb}: error: {exc}", file=sys.stderr)
-        return 2
     except OSError as exc:  # a read-only folder, a full disk, ...: one line naming the path
         where = f" {exc.filename}" if exc.filename else ""
         print(f"lmc {args.verb}: error: cannot write or read{where}: {exc.strerror or exc}",
@@ -101,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lmc {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        from lmc.config import LmcError  # imported only here: it imports torch
+
+        if not isinstance(exc, LmcError):
+            raise
+        print(f"lmc {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

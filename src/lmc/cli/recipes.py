@@ -8,11 +8,44 @@ docs/studies.md.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
-from lmc.config import LmcError
+import tomllib
 
-from .common import emit_json
+import lmc
+
+# lmc recipes imports neither torch nor the library: it reads the recipe files as TOML
+# (lmc.experiments' list_recipes / recipe_path name the same files; `lmc sweep` checks them)
+
+
+def _recipes_dir() -> Path:
+    return Path(lmc.__file__).resolve().parent / "recipes"
+
+
+def recipe_names() -> list[str]:
+    """The packaged recipes' names, sorted (as :func:`lmc.experiments.list_recipes`)."""
+    return sorted(p.stem for p in _recipes_dir().glob("*.toml"))
+
+
+def _error(message: str) -> Exception:
+    from lmc.config import LmcError  # only on this path: lmc.config imports torch
+
+    return LmcError(message)
+
+
+def _emit_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def recipe_description(path: Path) -> str:
+    """A recipe's ``description`` (the key every study file begins with)."""
+    try:
+        return str(tomllib.loads(path.read_text(encoding="utf-8")).get("description", ""))
+    except tomllib.TOMLDecodeError as exc:
+        raise _error(f"{path} is not valid TOML: {exc}") from exc
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,24 +57,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lmc.experiments import list_recipes, load_study, recipe_path
-
-    names = list_recipes()
+    names = recipe_names()
     if args.action == "show":
         if args.name is None:
-            raise LmcError("lmc recipes show needs a NAME: one of " + ", ".join(names))
-        path = recipe_path(args.name)
-        if path is None:
-            raise LmcError(f"no recipe {args.name!r}: choose one of {', '.join(names)}")
+            raise _error("lmc recipes show needs a NAME: one of " + ", ".join(names))
+        stem = args.name.removesuffix(".toml")
+        if stem not in names:
+            raise _error(f"no recipe {args.name!r}: choose one of {', '.join(names)}")
+        path = _recipes_dir() / f"{stem}.toml"
         text = path.read_text(encoding="utf-8")
         if args.json:
-            emit_json({"name": args.name, "path": str(path), "toml": text})
+            _emit_json({"name": args.name, "path": str(path), "toml": text})
         else:
             sys.stdout.write(text)
         return 0
-    described = {name: load_study(name)[0]["description"] for name in names}
+    described = {name: recipe_description(_recipes_dir() / f"{name}.toml") for name in names}
     if args.json:
-        emit_json({"recipes": described})
+        _emit_json({"recipes": described})
         return 0
     width = max(len(n) for n in names)
     for name, description in described.items():

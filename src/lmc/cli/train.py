@@ -22,9 +22,7 @@ from lmc.config import LmcError
 from lmc.data import ALL_DATASETS, TEXT_DATASETS, canonical_name
 from lmc.data.text import DEFAULT_CONTEXT
 from lmc.models import MODELS, get_model
-from lmc.models.layers import ACTIVATIONS, NORMS
-from lmc.models.registry import width_summary
-from lmc.models.vit import POOLS
+from lmc.models.registry import flag_options, option_summary, width_summary
 from lmc.store import RunStore, default_runs_dir, load_run
 from lmc.train import (
     OPTIMIZERS,
@@ -49,6 +47,92 @@ from .common import (
 )
 
 DEFAULTS = TrainSettings()
+MODEL_GROUP = "model options (from each model's registry entry)"
+
+
+class _DefaultModel(str):
+    """``--model``'s default, told apart from a ``--model`` given (for the help)."""
+
+
+DEFAULT_MODEL = _DefaultModel("mlp")
+
+
+def _dest(option: str) -> str:
+    return f"model_option__{option}"
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per model option the registry declares (:func:`lmc.models.registry.
+    flag_options`), its help saying which models take it, with what meaning and default.
+    Every flag defaults to ``None`` (not given: the registry's default)."""
+    options = flag_options()
+    group = parser.add_argument_group(
+        MODEL_GROUP,
+        "Each flag says which models take it, with what meaning and default; a flag the model "
+        "does not take is an error. lmc train --model NAME --help shows NAME's alone.",
+    )
+    for name, takers in options.items():
+        option = takers[0][1]
+        flag = option.flag_for(name)
+        kwargs: dict = {"dest": _dest(name), "default": None}
+        if option.type is bool:
+            switch = flag == f"--no-{name.replace('_', '-')}"
+            kwargs["action"] = "store_const" if switch else argparse.BooleanOptionalAction
+            if switch:
+                kwargs["const"] = False
+        else:
+            kwargs["type"] = option.type
+            choices = [c for _, o in takers for c in (o.choices or ())]
+            if choices:
+                kwargs["choices"] = list(dict.fromkeys(choices))
+            else:
+                kwargs["metavar"] = name.upper()
+        try:
+            group.add_argument(flag, help=option_summary(takers).replace("%", "%%"), **kwargs)
+        except argparse.ArgumentError as exc:
+            raise LmcError(
+                f"model option {name!r} of {', '.join(m for m, _ in takers)} has flag {flag}, "
+                "which lmc train already uses: declare another (ModelOption(flag=...))"
+            ) from exc
+
+
+class ModelHelp(argparse.Action):
+    """``lmc train``'s ``-h/--help`` (:data:`HELP_ACTION`): after ``--model NAME``, the model
+    options shown are NAME's alone, each with NAME's own meaning and default."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help=None):  # fmt: skip
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        model = getattr(namespace, "model", None)
+        if isinstance(model, str) and not isinstance(model, _DefaultModel) and model in MODELS:
+            _focus_help(parser, model)
+        parser.print_help()
+        parser.exit()
+
+
+#: the help action ``lmc.cli.main`` gives this verb's parser
+HELP_ACTION = ModelHelp
+
+
+def _focus_help(parser: argparse.ArgumentParser, model: str) -> None:
+    entry = get_model(model)
+    for group in parser._action_groups:
+        if group.title == MODEL_GROUP:
+            group.title = f"options of model {model} (lmc train --help lists every model's)"
+            group.description = entry.description or None
+    for action in parser._actions:
+        if not action.dest.startswith("model_option__"):
+            continue
+        name = action.dest.removeprefix("model_option__")
+        option = entry.declarations.get(name)
+        if option is None:
+            action.help = argparse.SUPPRESS
+        else:
+            action.help = f"{option.help} (default {option.shown_default})".replace("%", "%%")
+
+
 # TrainSettings.augment None: the dataset's default (random crop + flip on CIFAR only)
 AUGMENT_DEFAULT = "(default: on for CIFAR, off otherwise)"
 
@@ -97,78 +181,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seed of --train-size's draw (0 when not given)",
     )
-    model.add_argument("--model", default="mlp", choices=list(MODELS), help="architecture")
+    model.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        choices=list(MODELS),
+        help="architecture (its options are below; lmc train --model NAME --help shows only "
+        "NAME's)",
+    )
     model.add_argument(
         "--width",
         type=float,
         default=None,
         help=width_summary(),  # what width means, from the model registry
     )
-    model.add_argument(
-        "--depth",
-        type=int,
-        default=None,
-        help="MLP: number of hidden layers (default 3); ViT: transformer blocks (default 4); "
-        "GPT, llama: transformer blocks (default 2)",
-    )
-    model.add_argument(
-        "--heads",
-        type=int,
-        default=None,
-        help="ViT, GPT, llama: attention heads (llama: query heads); must divide --width "
-        "(default 4)",
-    )
-    model.add_argument(
-        "--kv-heads",
-        type=int,
-        default=None,
-        help="llama: key/value heads, dividing --heads (fewer: grouped-query attention; "
-        "default: --heads)",
-    )
-    model.add_argument(
-        "--tied",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="GPT, llama: the output head shares the token embedding (default: GPT tied, "
-        "llama untied)",
-    )
-    model.add_argument(
-        "--patch",
-        type=int,
-        default=None,
-        help="ViT: patch size, dividing the image's sides (default 2 below 16 pixels, else 4)",
-    )
-    model.add_argument(
-        "--mlp-ratio",
-        type=float,
-        default=None,
-        help="ViT, GPT: MLP hidden units per embedding dimension (default ViT 2, GPT 4); llama: "
-        "SwiGLU hidden units per embedding dimension before rounding (default 8/3)",
-    )
-    model.add_argument(
-        "--pool",
-        default=None,
-        choices=POOLS,
-        help="ViT: classify the class token (cls, default) or the mean over tokens",
-    )
-    model.add_argument(
-        "--norm",
-        default=None,
-        choices=NORMS,
-        help="normalisation (default: none for MLP, batch for CNNs)",
-    )
-    model.add_argument(
-        "--activation",
-        default=None,
-        choices=ACTIVATIONS,
-        help="activation (default relu; gelu for ViT)",
-    )
-    model.add_argument(
-        "--no-bias",
-        action="store_true",
-        help="no biases in Linear/Conv layers (the width paper's theory setting)",
-    )
-
+    add_model_flags(parser)
     recipe = parser.add_argument_group("training recipe")
     recipe.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="epochs")
     recipe.add_argument(
@@ -320,32 +346,20 @@ def log_dir_from(args: argparse.Namespace, default: Path) -> Path | None:
     return check_log_dir(args.log_dir if args.log_dir is not None else default)
 
 
-# the model flags of `lmc train`: flag -> option name (each passed only when given)
-MODEL_FLAGS = {
-    "--width": "width",
-    "--depth": "depth",
-    "--norm": "norm",
-    "--activation": "activation",
-    "--heads": "heads",
-    "--patch": "patch",
-    "--mlp-ratio": "mlp_ratio",
-    "--pool": "pool",
-    "--kv-heads": "kv_heads",
-    "--tied": "tied",
-}
-
-
 def model_options_from_args(args: argparse.Namespace) -> dict:
-    """The model options the user gave; the registry fills in the rest (one place)."""
+    """The model options the user gave (``--width`` and the generated flags); the registry
+    fills in the rest (one place). A flag of an option the model does not take is an error."""
     entry = get_model(args.model)
-    given = {
-        opt: getattr(args, opt) for opt in MODEL_FLAGS.values() if getattr(args, opt) is not None
-    }
-    if args.no_bias:
-        given["bias"] = False
-    for flag, option in {**MODEL_FLAGS, "--no-bias": "bias"}.items():
-        if option in given and option not in entry.option_names:
-            raise LmcError(f"{flag} is not an option of {args.model}")
+    given = {}
+    if args.width is not None:
+        given["width"] = args.width
+    for name, takers in flag_options().items():
+        value = getattr(args, _dest(name), None)
+        if value is None:
+            continue
+        if name not in entry.option_names:
+            raise LmcError(f"{takers[0][1].flag_for(name)} is not an option of {args.model}")
+        given[name] = value
     return given
 
 
@@ -376,7 +390,7 @@ def config_from_args(args: argparse.Namespace, data=None) -> dict:
     )
     options = model_options_from_args(args)
     return make_config(
-        args.dataset, args.model, options, dataset_options_from_args(args), data=data, **recipe
+        args.dataset, str(args.model), options, dataset_options_from_args(args), data=data, **recipe
     )
 
 

@@ -26,10 +26,24 @@ Conventions shared by every task (``P`` = predictions per example, ``M = N·P``)
   slice) are drawn over *examples*, i.e. whole windows, never parts of one;
   :meth:`Task.rows` maps example indices to their prediction rows.
 
-A later task is one :func:`register_task` call (a :class:`Task`, or a subclass overriding
-:meth:`Task.flatten` and :meth:`Task.check` for another layout); :func:`get_task` finds it by
-name. A :class:`lmc.data.Dataset` names its task in ``dataset.task`` (``get_task(ds.task)``
-or ``ds.task_spec``).
+Everything that scores a model asks its task (training, :func:`lmc.train.evaluate`, path
+evaluation, calibration, ECE, ensembles, STE, stitching): :meth:`Task.loss` (differentiable
+mean), :meth:`Task.per_example_loss`, :meth:`Task.loss_sum`, :meth:`Task.stack_losses`
+(float64, a stack of models at once) and :meth:`Task.accuracy`, :meth:`Task.correct`,
+:meth:`Task.correct_count`, :meth:`Task.stack_accuracy` (``None`` for a task without an
+accuracy), and :meth:`Task.calibration_layout` for temperature calibration (``None`` where
+calibration has no meaning: :attr:`Task.calibrates` is ``False``).
+
+A later task is one :func:`register_task` call: a :class:`Task`, or a subclass for another
+output. A subclass for another layout overrides :meth:`Task.flatten_output`,
+:meth:`Task.flatten_target` and :meth:`Task.check`; one whose output is not class logits (a
+regression, say) overrides the loss methods (:meth:`Task.loss`,
+:meth:`Task.prediction_losses`, :meth:`Task.loss_sum`, :meth:`Task.stack_losses`), returns
+``None`` from the accuracy ones (:meth:`Task.correct`, :meth:`Task.stack_accuracy`) and is
+made with ``calibrates=False`` (calibration and ECE are then refused with an ``LmcError``).
+:func:`get_task` finds a task by name. A :class:`lmc.data.Dataset` carries its task in
+``dataset.task`` (``get_task(ds.task)`` or ``ds.task_spec``), and every consumer takes it
+from there, never from the dataset's name.
 """
 
 from __future__ import annotations
@@ -55,6 +69,10 @@ class Task:
     name: str
     target_axes: int
     description: str = ""
+    #: Whether temperature calibration (softmax(β·logits) fitted on held-out predictions) and
+    #: the ECE have a meaning for this task's output: ``False`` for an output that is not
+    #: class logits (e.g. a regression's values).
+    calibrates: bool = True
 
     # -- layout -------------------------------------------------------------------------
     def check(
@@ -163,14 +181,93 @@ class Task:
             return losses
         return losses.reshape(len(losses), -1).mean(dim=1)
 
-    def correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The sum of every prediction's loss (nats), a float64 scalar (cross-entropy taken in
+        float32 on the flattened predictions); divided by :meth:`num_predictions` of the whole
+        split it is the loss (what :func:`lmc.train.evaluate` sums batch by batch)."""
+        logits, labels = self.flatten(output, target)
+        return F.cross_entropy(logits.float(), labels, reduction="sum").double()
+
+    def stack_losses(
+        self, outputs: torch.Tensor, targets: torch.Tensor, beta: float = 1.0
+    ) -> torch.Tensor:
+        """Per-prediction losses of a stack of k models, float64 ``(k, M)``.
+
+        ``outputs``: ``(k, M, C)`` (:meth:`flatten_stack`), ``targets``: ``(M,)``
+        (:meth:`flatten_target`) on the outputs' device. The cross-entropy of
+        softmax(beta · logits): ``logsumexp_j(beta·z_kmj) − beta·z_km,label_m``, one set of
+        kernels for the whole stack; a subset mean of its rows is that subset's loss.
+        """
+        z = outputs.double()
+        if beta != 1.0:
+            z = z * float(beta)
+        target = z.gather(2, targets.view(1, -1, 1).expand(z.shape[0], -1, 1)).squeeze(2)
+        return torch.logsumexp(z, dim=2) - target
+
+    def num_predictions(self, target: torch.Tensor) -> int:
+        """``N·P``: the predictions of the targets ``target`` (a split's or a batch's), the
+        count the loss and the accuracy are means over."""
+        return len(target) * self.predictions_per_example(target)
+
+    def correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
         """Bool tensor shaped like ``target``: whether each prediction's argmax (the first
-        index on ties) is its label."""
+        index on ties) is its label; ``None`` for a task without an accuracy."""
         return output.argmax(-1) == target
 
-    def accuracy(self, output: torch.Tensor, target: torch.Tensor) -> float:
-        """The fraction of predictions that are correct (:meth:`correct`), in float64."""
-        return self.correct(output, target).double().mean().item()
+    def correct_count(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
+        """The number of correct predictions (int64 scalar tensor), ``None`` for a task
+        without an accuracy."""
+        logits, labels = self.flatten(output, target)
+        return (logits.argmax(1) == labels).sum()
+
+    def stack_accuracy(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        """Per model of a stack (``(k, M, C)`` and ``(M,)``, as :meth:`stack_losses`): the
+        fraction of correct predictions, float64 ``(k,)``; ``None`` for a task without an
+        accuracy."""
+        return (outputs.argmax(2) == targets).double().mean(dim=1)
+
+    def accuracy(self, output: torch.Tensor, target: torch.Tensor) -> float | None:
+        """The fraction of predictions that are correct (:meth:`correct`), in float64;
+        ``None`` for a task without an accuracy."""
+        correct = self.correct(output, target)
+        return None if correct is None else correct.double().mean().item()
+
+    # -- calibration --------------------------------------------------------------------
+    def calibration_layout(
+        self, output: torch.Tensor, target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(logits (M, C), labels (M,))`` as temperature calibration and the ECE read them:
+        one row per prediction (classification: as given, unchecked and untouched: the
+        caller checks them); ``None`` when calibration has no meaning for this task
+        (:attr:`calibrates` is ``False``). ``LmcError`` when the shapes do not fit the task."""
+        if not self.calibrates:
+            return None
+        if self.target_axes == 1:
+            return output, target
+        if not isinstance(target, torch.Tensor) or target.dim() != self.target_axes:
+            shape = (
+                tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
+            )
+            raise LmcError(
+                f"labels must have shape {self.target_layout()} for the {self.name} task, "
+                f"got {shape}"
+            )
+        if tuple(output.shape[:-1]) != tuple(target.shape):
+            raise LmcError(
+                f"logits must have shape {self.output_layout()} to match labels of shape "
+                f"{tuple(target.shape)}, got {tuple(output.shape)}"
+            )
+        return self.flatten(output, target)
+
+    def require_calibration(self, what: str = "calibration") -> None:
+        """``LmcError`` unless calibration has a meaning for this task (:attr:`calibrates`);
+        ``what`` names what was asked for."""
+        if not self.calibrates:
+            raise LmcError(
+                f"{what} has no meaning for the {self.name} task: its outputs are not class "
+                "logits, so there is no softmax temperature to fit (evaluate with "
+                "calibrate=False; lmc interpolate: --no-calibrate)"
+            )
 
     def __str__(self) -> str:
         return self.name

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from lmc.config import LmcError
-from lmc.data.tasks import Task, get_task
+from lmc.data.tasks import CLASSIFICATION, Task, get_task
 
 #: Bounds of the search, on beta (the search itself runs on log beta).
 BETA_MIN = 1e-3
@@ -70,16 +70,13 @@ def cross_entropy_rows(
     """Per-example cross-entropy (nats) of softmax(beta * logits) for a stack of models.
 
     ``logits``: (k, N, C), one slice per model; ``labels``: (N,) class indices on the logits'
-    device. Returns a (k, N) float64 tensor: ``logsumexp_j(beta * z_kij) - beta * z_ki,label_i``.
-    One set of kernels for the whole stack (no per-model launches); the one cross-entropy
-    :func:`mean_cross_entropy`, :func:`cross_entropy_at` and :func:`lmc.metrics.evaluate_path`
-    share (a subset mean of its rows is that subset's loss).
+    device. Returns a (k, N) float64 tensor: ``logsumexp_j(beta * z_kij) - beta * z_ki,label_i``
+    (the classification task's :meth:`lmc.data.tasks.Task.stack_losses`). One set of kernels
+    for the whole stack (no per-model launches); the one cross-entropy
+    :func:`mean_cross_entropy` and :func:`cross_entropy_at` share (a subset mean of its rows is
+    that subset's loss).
     """
-    z = logits.double()
-    if beta != 1.0:
-        z = z * float(beta)
-    target = z.gather(2, labels.view(1, -1, 1).expand(z.shape[0], -1, 1)).squeeze(2)
-    return torch.logsumexp(z, dim=2) - target
+    return CLASSIFICATION.stack_losses(logits, labels, beta)
 
 
 def mean_cross_entropy(
@@ -96,20 +93,12 @@ def mean_cross_entropy(
 def _flatten(
     logits: torch.Tensor, labels: torch.Tensor, task: Task | str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logits, labels)`` as one row per prediction of ``task`` (classification: as given)."""
+    """``(logits, labels)`` as one row per prediction of ``task`` (classification: as given):
+    the task's :meth:`lmc.data.tasks.Task.calibration_layout`; ``LmcError`` when calibration
+    has no meaning for the task."""
     task = get_task(task)
-    if task.target_axes == 1:
-        return logits, labels
-    if not isinstance(labels, torch.Tensor) or labels.dim() != task.target_axes:
-        shape = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
-        raise LmcError(f"labels must have shape {task.target_layout()} for the {task.name} "
-                       f"task, got {shape}")  # fmt: skip
-    if tuple(logits.shape[:-1]) != tuple(labels.shape):
-        raise LmcError(
-            f"logits must have shape {task.output_layout()} to match labels of shape "
-            f"{tuple(labels.shape)}, got {tuple(logits.shape)}"
-        )
-    return task.flatten(logits, labels)
+    task.require_calibration()
+    return task.calibration_layout(logits, labels)
 
 
 def cross_entropy_at(

@@ -115,8 +115,10 @@ def class_probabilities(logits_or_probs: Any, kind: str = "auto") -> torch.Tenso
 
 def _predictions(logits_or_probs: Any, labels: Any, task: Task | str) -> tuple[Any, Any]:
     """``(logits_or_probs, labels)`` with one row per prediction of ``task`` (classification:
-    as given, untouched)."""
+    as given, untouched): the task's :meth:`lmc.data.tasks.Task.calibration_layout`;
+    ``LmcError`` when the ECE has no meaning for the task (its outputs are not logits)."""
     task = get_task(task)
+    task.require_calibration("the ECE")
     if task.target_axes == 1:
         return logits_or_probs, labels
     z = logits_or_probs
@@ -133,7 +135,7 @@ def _predictions(logits_or_probs: Any, labels: Any, task: Task | str) -> tuple[A
             f"labels of shape {task.target_layout()}, got {tuple(z.shape)} and "
             f"{tuple(labels.shape)}"
         )
-    return task.flatten(z, labels)
+    return task.calibration_layout(z, labels)
 
 
 def reliability_curve(
@@ -246,13 +248,17 @@ def classification_metrics(
     cross-entropy of softmax(logits) in nats (float64), the fraction classified correctly,
     and the ECE over ``bins`` equal-width confidence bins (:func:`expected_calibration_error`).
     With ``task="next-token"``: (N, T, C) and (N, T), each a mean over every position.
-    What ``lmc merge`` and the merge-many study report for every model."""
-    from .calibration import cross_entropy_at
+    The loss and the accuracy are the task's (:meth:`lmc.data.tasks.Task.stack_losses`,
+    :meth:`lmc.data.tasks.Task.stack_accuracy`); ``LmcError`` for a task the ECE has no
+    meaning for. What ``lmc merge`` and the merge-many study report for every model."""
+    from .calibration import _check
 
+    task = get_task(task)
     labels = labels.to(logits.device)
     logits, labels = _predictions(logits, labels, task)
+    rows, targets = _check(logits, labels)
     return {
-        "loss": cross_entropy_at(logits, labels),
-        "accuracy": float((logits.argmax(1) == labels).double().mean()),
+        "loss": task.stack_losses(rows[None], targets).mean(dim=1)[0].item(),
+        "accuracy": float(task.stack_accuracy(rows[None], targets)[0]),
         "ece": expected_calibration_error(logits, labels, bins, kind="logits"),
     }

@@ -7,8 +7,10 @@ examples used in parentheses; "scored examples" are the held-out subset of
 :func:`lmc.metrics.calibration_split` with the ``split`` calibration and every example with
 ``crossfit``, :mod:`lmc.metrics.calibration`):
 
-- ``loss``: mean cross-entropy of theta(lam) (full split)
-- ``accuracy``: fraction of correct argmax predictions (full split)
+- ``loss``: mean cross-entropy of theta(lam) (full split; the task's loss,
+  :meth:`lmc.data.tasks.Task.stack_losses`, e.g. a regression's squared error)
+- ``accuracy``: fraction of correct argmax predictions (full split; ``None``, as
+  ``ensemble_accuracy``, for a task without an accuracy)
 - ``calibrated_loss``: cross-entropy of softmax(beta * logits) (scored examples; with
   ``crossfit`` each example is scored with the beta fitted on the other folds)
 - ``inverse_temperature``: beta (``split``: fitted on the calibration subset; ``crossfit``:
@@ -19,7 +21,8 @@ examples used in parentheses; "scored examples" are the held-out subset of
   ``calibrated_loss`` uses)
 - ``ensemble_calibrated_loss`` / ``ensemble_inverse_temperature``: the same for the ensemble.
 
-The calibrated ones (and ``heldout_loss``) exist only when the path was calibrated.
+The calibrated ones (and ``heldout_loss``) exist only when the path was calibrated, which a
+task without calibration (``Task.calibrates`` false) refuses with an ``LmcError``.
 
 The task (:mod:`lmc.data.tasks`) says what a prediction is: an example (``classification``) or
 a position of a token window (``next-token``). Losses, accuracies and logit norms are
@@ -51,7 +54,6 @@ from .barriers import barriers as _barriers
 from .calibration import (
     at_bound,
     calibration_split,
-    cross_entropy_rows,
     crossfit_folds,
     fit_inverse_temperature,
     fit_inverse_temperatures,
@@ -128,6 +130,8 @@ class LambdaMetrics:
         task: Task | str = "classification",
     ) -> None:
         self.task = get_task(task)
+        if calibrate:
+            self.task.require_calibration("calibrating the path")
         self.num_examples = len(y)
         per = self.task.predictions_per_example(y)
         y = self.task.flatten_target(y)  # (M,): one label per prediction
@@ -230,14 +234,19 @@ class LambdaMetrics:
         lam = torch.tensor(lams, dtype=z_a.dtype, device=z_a.device).view(-1, *[1] * z_a.dim())
         z_ens = task.flatten_stack((1.0 - lam) * z_a + lam * z_b)
         z = task.flatten_stack(z)  # (k, M, C): one row per prediction
-        ce = cross_entropy_rows(z, y)
+        ce = task.stack_losses(z, y)
+        accuracy = task.stack_accuracy(z, y)
+        ensemble_accuracy = task.stack_accuracy(z_ens, y)
         cols: dict[str, list[float]] = {
             "loss": ce.mean(dim=1).tolist(),
-            "accuracy": (z.argmax(2) == y).double().mean(dim=1).tolist(),
+            "accuracy": accuracy.tolist() if accuracy is not None else None,
             "logit_norm": torch.linalg.vector_norm(z.double(), dim=2).mean(dim=1).tolist(),
-            "ensemble_loss": cross_entropy_rows(z_ens, y).mean(dim=1).tolist(),
-            "ensemble_accuracy": (z_ens.argmax(2) == y).double().mean(dim=1).tolist(),
+            "ensemble_loss": task.stack_losses(z_ens, y).mean(dim=1).tolist(),
+            "ensemble_accuracy": (
+                ensemble_accuracy.tolist() if ensemble_accuracy is not None else None
+            ),
         }
+        cols = {key: values for key, values in cols.items() if values is not None}
         if self.calibrate:
             held = ce[:, self.held] if self.method == "split" else ce
             cols["heldout_loss"] = held.mean(dim=1).tolist()

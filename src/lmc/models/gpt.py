@@ -10,10 +10,14 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from .layers import BIAS_OPTION, activation_option
+from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
+    HEADS_OPTION,
     LAYERS_PER_BLOCK,
+    TIED_OPTION,
     block_probe_points,
     check_transformer,
     complete_transformer,
@@ -159,13 +163,14 @@ class GPT(nn.Module):
     width_label="embedding dimension",
     inputs=gpt_inputs,
     options={
-        "depth": 2,
-        "heads": 4,
-        "mlp_ratio": 4.0,
-        "tied": True,
-        "activation": "gelu",
-        "bias": True,
+        "depth": ModelOption(2, "transformer blocks"),
+        "heads": HEADS_OPTION,
+        "mlp_ratio": ModelOption(4.0, "MLP hidden units per embedding dimension"),
+        "tied": TIED_OPTION,
+        "activation": activation_option("gelu"),
+        "bias": BIAS_OPTION,
     },
+    widenable=True,
     description="causal GPT over token ids: width is the embedding dimension, depth the blocks",
     check=check_gpt,
     complete=complete_transformer,

@@ -6,10 +6,31 @@ from torch import nn
 
 from lmc.config import LmcError
 
+from .options import ModelOption
+
 ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid", "leaky_relu")
 NORMS = ("none", "batch", "layer")
-# the defaults of the convolutional zoo models (BatchNorm, as Git Re-Basin and the width paper)
-CNN_OPTIONS = {"norm": "batch", "activation": "relu", "bias": True}
+
+
+def norm_option(default: str) -> ModelOption:
+    """The ``norm`` option (:func:`make_norm`) with ``default``."""
+    return ModelOption(default, "normalisation", choices=NORMS)
+
+
+def activation_option(default: str) -> ModelOption:
+    """The ``activation`` option (:func:`make_activation`) with ``default``."""
+    return ModelOption(default, "activation", choices=ACTIVATIONS)
+
+
+#: ``bias``: on by default; ``lmc train --no-bias`` turns it off.
+BIAS_OPTION = ModelOption(
+    True,
+    "biases in the Linear/Conv layers; --no-bias drops them (the width paper's theory setting)",
+    flag="--no-bias",
+)
+# the options of the convolutional zoo models (BatchNorm, as Git Re-Basin and the width paper)
+CNN_OPTIONS = {"norm": norm_option("batch"), "activation": activation_option("relu"),
+               "bias": BIAS_OPTION}  # fmt: skip
 
 
 def make_activation(name: str) -> nn.Module:

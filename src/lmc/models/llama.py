@@ -46,10 +46,13 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
+    HEADS_OPTION,
     LAYERS_PER_BLOCK,
+    TIED_OPTION,
     Attention,
     block_probe_points,
     check_transformer,
@@ -382,13 +385,23 @@ class Llama(nn.Module):
     width_label="embedding dimension",
     inputs=llama_inputs,
     options={
-        "depth": 2,
-        "heads": 4,
-        "kv_heads": None,
-        "mlp_ratio": None,
-        "multiple_of": 8,
-        "tied": False,
-        "rope_theta": 10000.0,
+        "depth": ModelOption(2, "transformer blocks"),
+        "heads": HEADS_OPTION,
+        "kv_heads": ModelOption(
+            None,
+            "key/value heads, dividing --heads (fewer: grouped-query attention)",
+            type=int,
+            default_text="--heads",
+        ),
+        "mlp_ratio": ModelOption(
+            None,
+            "SwiGLU hidden units per embedding dimension before rounding",
+            type=float,
+            default_text="8/3",
+        ),
+        "multiple_of": ModelOption(8, "SwiGLU hidden units are rounded up to a multiple of it"),
+        "tied": dataclasses.replace(TIED_OPTION, default=False),
+        "rope_theta": ModelOption(10000.0, "base of the rotary embeddings' angles"),
     },
     description=(
         "Llama-style causal LM over token ids (RMSNorm, RoPE, SwiGLU, grouped-query attention "

@@ -7,7 +7,8 @@ import math
 import torch
 from torch import nn
 
-from .layers import make_activation, make_norm
+from .layers import BIAS_OPTION, activation_option, make_activation, make_norm, norm_option
+from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model, vector_inputs
 
@@ -61,7 +62,12 @@ class MLP(nn.Module):
     width="units",
     default_width=512,
     inputs=vector_inputs,
-    options={"depth": 3, "norm": "none", "activation": "relu", "bias": True},
+    options={
+        "depth": ModelOption(3, "number of hidden layers"),
+        "norm": norm_option("none"),
+        "activation": activation_option("relu"),
+        "bias": BIAS_OPTION,
+    },
     description="multilayer perceptron: depth hidden layers of width units",
 )
 def mlp(*, input_size: int | tuple[int, ...] = 64, **options) -> MLP:

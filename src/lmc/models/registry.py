@@ -11,8 +11,16 @@ and check a model's options through :func:`resolve_options`, so the same setting
 config wherever they are written (in the spirit of timm's ``register_model`` /
 ``create_model``).
 
+An option is declared once, in its model's module, as a :class:`ModelOption` (its default, its
+meaning, its type and choices, its ``lmc train`` flag) or as a bare default. ``lmc train``'s
+model flags and their help are generated from the declarations (:func:`flag_options`): one
+flag per option name, ``--<name>`` with ``_`` written ``-``, its help saying which models take
+it, with what meaning and default; ``lmc train --model NAME --help`` shows that model's own.
+Adding an option to a model is one edit of its module.
+
 >>> @register_model("mlp", width="units", default_width=512, inputs=vector_inputs,
-...                 options={"depth": 3, "norm": "none", "activation": "relu", "bias": True})
+...                 options={"depth": ModelOption(3, "number of hidden layers"),
+...                          "norm": "none", "activation": "relu", "bias": True})
 ... def mlp(**options): ...
 """
 
@@ -33,6 +41,7 @@ from lmc.config import LmcError, canonical_json, check_int
 
 from .init import initialize
 from .layers import ACTIVATIONS, NORMS
+from .options import ModelOption
 
 InputOptions = Callable[[Sequence[int], int], dict[str, Any]]
 OptionCheck = Callable[[str, Mapping[str, Any]], None]
@@ -77,6 +86,14 @@ def image_inputs(
 image_inputs.keys = ("in_channels", "num_classes")  # type: ignore[attr-defined]
 
 
+def _declared(options: Mapping[str, Any] | None) -> dict[str, ModelOption]:
+    """Every option as a :class:`ModelOption` (a bare default becomes one)."""
+    return {
+        key: value if isinstance(value, ModelOption) else ModelOption(value)
+        for key, value in (options or {}).items()
+    }
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     """One registered architecture.
@@ -85,7 +102,10 @@ class ModelEntry:
     and ``width_label`` what the number is, a noun phrase (``hidden units per layer``,
     ``channel multiplier``, ``embedding dimension``); ``options`` maps each user-settable
     option (besides ``width``) to its default; ``inputs`` turns a dataset's ``(input_shape,
-    num_classes)`` into the data-given options, whose names are ``input_keys``. ``check(name,
+    num_classes)`` into the data-given options, whose names are ``input_keys``;
+    ``declarations`` maps each option to its :class:`ModelOption` (default, meaning, type,
+    flag: what ``lmc train --help`` says of it). ``widenable``: :func:`lmc.perm.widen_pair`
+    can write a narrow model of this architecture into a wider one. ``check(name,
     options)`` (optional) raises ``LmcError`` for values that only this model rules out (ViT:
     heads must divide width); it sees the registry defaults filled in under the options given
     (``width`` only when given: a study sets it per sweep point). ``complete`` (optional)
@@ -103,10 +123,15 @@ class ModelEntry:
     check: OptionCheck | None = None
     complete: OptionFill | None = None
     width_label: str = ""
+    declarations: Mapping[str, ModelOption] = field(default_factory=dict)
+    widenable: bool = False
 
     def __post_init__(self) -> None:
         if not self.width_label:
             object.__setattr__(self, "width_label", DEFAULT_WIDTH_LABELS[self.width])
+        declared = {**_declared(self.options), **dict(self.declarations)}
+        object.__setattr__(self, "declarations", declared)
+        object.__setattr__(self, "options", {k: v.default for k, v in declared.items()})
 
     @property
     def input_keys(self) -> tuple[str, ...]:
@@ -155,11 +180,28 @@ def register_model(
     check: OptionCheck | None = None,
     complete: OptionFill | None = None,
     width_label: str | None = None,
+    widenable: bool = False,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Decorator registering ``factory`` as zoo model ``name`` (see :class:`ModelEntry`);
-    ``width_label`` defaults to :data:`DEFAULT_WIDTH_LABELS` of the width kind."""
+    """Decorator registering ``factory`` as zoo model ``name`` (see :class:`ModelEntry`).
+
+    ``options`` maps each option to a :class:`ModelOption` or a bare default;
+    ``width_label`` defaults to :data:`DEFAULT_WIDTH_LABELS` of the width kind. An option
+    whose name another model declares too shares its ``lmc train`` flag, so its type and flag
+    must agree with theirs (``ValueError`` otherwise)."""
     if width not in WIDTH_KINDS:
         raise ValueError(f"width must be one of {WIDTH_KINDS}")
+    declared = _declared(options)
+    for key, option in declared.items():
+        for other, taken in MODELS.items():
+            theirs = taken.declarations.get(key)
+            if other == name or theirs is None:
+                continue
+            if (theirs.type, theirs.flag_for(key)) != (option.type, option.flag_for(key)):
+                raise ValueError(
+                    f"model {name!r}: option {key!r} ({option.type.__name__}, flag "
+                    f"{option.flag_for(key)!r}) disagrees with model {other!r}'s "
+                    f"({theirs.type.__name__}, flag {theirs.flag_for(key)!r}): one name, one flag"
+                )
 
     def decorate(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         MODELS[name] = ModelEntry(
@@ -168,15 +210,42 @@ def register_model(
             width,
             default_width,
             inputs,
-            dict(options or {}),
+            {k: v.default for k, v in declared.items()},
             description,
             check,
             complete,
             width_label or DEFAULT_WIDTH_LABELS[width],
+            declared,
+            widenable,
         )
         return factory
 
     return decorate
+
+
+def flag_options() -> dict[str, list[tuple[str, ModelOption]]]:
+    """Every option that has an ``lmc train`` flag: its name -> ``[(model, declaration)]`` of
+    the registered models that take it, in registry order (which models take an option is
+    read off the declarations, never listed)."""
+    found: dict[str, list[tuple[str, ModelOption]]] = {}
+    for name, entry in MODELS.items():
+        for key, option in entry.declarations.items():
+            if option.flag_for(key):
+                found.setdefault(key, []).append((name, option))
+    return found
+
+
+def option_summary(takers: Sequence[tuple[str, ModelOption]]) -> str:
+    """One option's ``--help``: each meaning and default with the models it holds for
+    (``mlp: number of hidden layers (default 3); gpt, llama: transformer blocks (default
+    2)``), the takers as :func:`flag_options` lists them."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for model, option in takers:
+        groups.setdefault((option.help, option.shown_default), []).append(model)
+    return "; ".join(
+        f"{', '.join(models)}: {meaning or 'see the model'} (default {shown})"
+        for (meaning, shown), models in groups.items()
+    )
 
 
 def width_summary() -> str:
@@ -225,6 +294,17 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
         )
     if "bias" in options and not isinstance(options["bias"], bool):
         raise LmcError(f"{name}: bias must be true or false, got {options['bias']!r}")
+    for key, value in options.items():
+        declared = entry.declarations.get(key)
+        if declared is None or value is None:
+            continue
+        if declared.type is bool and not isinstance(value, bool):
+            raise LmcError(f"{name}: {key} must be true or false, got {value!r}")
+        if declared.choices is not None and value not in declared.choices:
+            raise LmcError(
+                f"{name}: {key} must be one of {', '.join(map(str, declared.choices))}, "
+                f"got {value!r}"
+            )
     if entry.check is not None:
         merged = {**entry.options, **options}
         if "width" in options:

@@ -20,10 +20,14 @@ from torch import nn
 from lmc.config import LmcError
 
 from .layers import make_activation
+from .options import ModelOption
 from .probes import ProbePoint
 
 # weight layers along a block's longest path: v and the output projection, then fc1 and fc2
 LAYERS_PER_BLOCK = 4
+#: The options the zoo transformers share.
+HEADS_OPTION = ModelOption(4, "attention heads (llama: query heads); must divide --width")
+TIED_OPTION = ModelOption(True, "the output head shares the token embedding")
 
 
 def hidden_units(width: int, mlp_ratio: float) -> int:

@@ -10,9 +10,12 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from .layers import BIAS_OPTION, activation_option
+from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
+    HEADS_OPTION,
     LAYERS_PER_BLOCK,
     block_probe_points,
     check_transformer,
@@ -202,14 +205,22 @@ class ViT(nn.Module):
     width_label="embedding dimension",
     inputs=vit_inputs,
     options={
-        "depth": 4,
-        "heads": 4,
-        "mlp_ratio": 2.0,
-        "patch": "auto",
-        "pool": "cls",
-        "activation": "gelu",
-        "bias": True,
+        "depth": ModelOption(4, "transformer blocks"),
+        "heads": HEADS_OPTION,
+        "mlp_ratio": ModelOption(2.0, "MLP hidden units per embedding dimension"),
+        "patch": ModelOption(
+            "auto",
+            "patch size, dividing the image's sides",
+            type=int,
+            default_text="2 below 16 pixels, else 4",
+        ),
+        "pool": ModelOption(
+            "cls", "classify the class token (cls) or the mean over tokens", choices=POOLS
+        ),
+        "activation": activation_option("gelu"),
+        "bias": BIAS_OPTION,
     },
+    widenable=True,
     description="Vision Transformer: width is the embedding dimension, depth the blocks",
     check=check_vit,
     complete=complete_vit,

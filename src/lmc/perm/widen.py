@@ -42,14 +42,26 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError
+from lmc.models import MODELS
 
 from .canonical import canonical_skeleton, canonicalize, is_canonical, stream_layout
 from .orthogonal_match import default_orthogonal_groups
 from .symmetry import SymmetrySpec, symmetry_spec
 
-#: The zoo models :func:`widen_pair` can embed into a wider copy of themselves (and Hugging
-#: Face GPT-2 and ViT models, through :func:`embed_transformer`).
-WIDENABLE_MODELS = ("gpt", "vit")
+
+def widenable_models() -> tuple[str, ...]:
+    """The zoo models :func:`widen_pair` can embed into a wider copy of themselves (their
+    registry entry says ``widenable``; Hugging Face GPT-2 and ViT models widen too, through
+    :func:`embed_transformer`), in registry order."""
+    return tuple(name for name, entry in MODELS.items() if entry.widenable)
+
+
+def __getattr__(name: str):
+    # WIDENABLE_MODELS (the old constant) is read from the registry when asked, plug-ins included
+    if name == "WIDENABLE_MODELS":
+        return widenable_models()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: zoo gpt options that must agree for one model to be written into the other
 SAME_OPTIONS = ("vocab", "context", "depth", "activation", "bias")
@@ -321,7 +333,7 @@ def _is_zoo_gpt(model: nn.Module) -> bool:
 
 __all__ = [
     "SAME_OPTIONS",
-    "WIDENABLE_MODELS",
+    "widenable_models",
     "embed_gpt",
     "embed_transformer",
     "widen_pair",

@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from lmc.analysis import GAUSSIAN_RELU_LIMIT
+from lmc.analysis.layer_metrics import report_panels
 from lmc.metrics import BARRIER_BY_KEY
 from lmc.metrics.barriers import path_kind_of
 from lmc.stats import summarize
@@ -443,21 +443,10 @@ def inverse_temperature(res: Results, wd: float) -> Plot | Skip:
 
 
 # ---- layerwise ------------------------------------------------------------------------------
-LAYER_PANELS = (
-    ("lewc_cosine", "LEWC cosine at λ = ½", r"$\cos(f_\ell(\theta_{1/2}),\ f_\ell^A + f_\ell^B)$"),
-    (
-        "weak_additivity_cosine",
-        "weak additivity of the activation",
-        r"$\cos(\sigma((\tilde z^A{+}\tilde z^B)/2),\ "
-        r"(\sigma(\tilde z^A){+}\sigma(\tilde z^B))/2)$",
-    ),
-    ("reciprocal_cosine", "reciprocal cosine", r"$\cos(W^A z^C,\ W^A z^A)$"),
-    (
-        "reciprocal_ratio",
-        "reciprocal ratio",
-        r"$E\|W^A z^B\| \ /\ E\|W^A z^A\|$",
-    ),
-)
+#: The panels of the layerwise figure of the built-in metrics (generated from the metric
+#: records: :func:`lmc.analysis.layer_metrics.report_panels`; a metric registered later adds
+#: its own).
+LAYER_PANELS = report_panels()
 
 
 def _layer_method(res: Results, wd: float) -> str | None:
@@ -493,9 +482,13 @@ def layer_cosines(res: Results, wd: float) -> Plot | Skip:
     layers = _layers_of(rows)
     widths = sorted({r["width"] for r in rows})
     colours = width_colours(widths)
-    fig, axes = new_figure(2, 2, panel=(4.3, 3.2))
+    panels = report_panels()
+    fig, axes = new_figure(math.ceil(len(panels) / 2), 2, panel=(4.3, 3.2))
+    for ax in axes.ravel()[len(panels) :]:
+        ax.set_visible(False)
     positions = np.arange(len(layers))
-    for ax, (column, name, formula) in zip(axes.ravel(), LAYER_PANELS):
+    for ax, panel in zip(axes.ravel(), panels):
+        column, name, formula = panel.key, panel.title, panel.axis_label
         means = _layer_means(rows, column)
         drawn = False
         for w in widths:
@@ -508,18 +501,18 @@ def layer_cosines(res: Results, wd: float) -> Plot | Skip:
             no_data(ax, f"{column}: not recorded")
             ax.set_title(name, fontsize=9.5)
             continue
-        if column == "weak_additivity_cosine":
-            ax.axhline(GAUSSIAN_RELU_LIMIT, color="black", ls=":", lw=1.3)
+        if panel.reference is not None:
+            ax.axhline(panel.reference, color="black", ls=":", lw=1.3)
             ax.text(
                 positions[-1],
-                GAUSSIAN_RELU_LIMIT,
-                f"Thm 5.4 limit {GAUSSIAN_RELU_LIMIT:.3f}",
+                panel.reference,
+                panel.reference_label,
                 ha="right",
                 va="bottom",
                 fontsize=7.5,
             )
-        if column == "reciprocal_ratio":
-            ax.set_ylim(bottom=0.0)
+        if panel.floor is not None:
+            ax.set_ylim(bottom=panel.floor)
         ax.set_xticks(positions, [f"ℓ{layer}\n{label}" for layer, label in layers], fontsize=7.5)
         ax.set_xlim(-0.3, len(layers) - 0.7)
         ax.set_ylabel(formula, fontsize=8.5)
@@ -532,12 +525,10 @@ def layer_cosines(res: Results, wd: float) -> Plot | Skip:
     fig.suptitle(f"{header(res, wd)} · {method_style(method)[2]}", fontsize=10)
     caption = (
         f"Per-layer statistics at λ = ½ ({method_style(method)[2]}), x = layer ℓ from input to "
-        f"logits, one line per width from narrow (dark) to wide (light), mean over pairs: LEWC "
-        f"cosine of the merged model's layer output against the ensemble's; weak additivity of "
-        f"the activation (dotted: Theorem 5.4's Gaussian limit "
-        f"{GAUSSIAN_RELU_LIMIT:.3f}; values above it point to low rank); the reciprocal cosine "
-        f"and ratio. The width paper predicts the cosines rising toward 1 and the reciprocal "
-        f"ratio falling (past the input layer) as width grows."
+        f"logits, one line per width from narrow (dark) to wide (light), mean over pairs: "
+        f"{'; '.join(p.caption for p in panels if p.caption)}. The width paper predicts the "
+        f"cosines rising toward 1 and the reciprocal ratio falling (past the input layer) as "
+        f"width grows."
     )
     return Plot(f"layer_cosines_wd{fmt_wd(wd)}", title, caption, render(fig))
 

@@ -132,7 +132,7 @@ def fit(
         order = epoch_generator(settings.data_seed, epoch, _ORDER_SALT)
         aug_gen = epoch_generator(settings.data_seed, epoch, _AUGMENT_SALT)
         loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), dtype=torch.int64, device=device)
+        correct: torch.Tensor | None = torch.zeros((), dtype=torch.int64, device=device)
         seen = 0
         step = epoch * steps_per_epoch
         lr, lr_sum = settings.lr, 0.0  # lr_sum: Σ lr_t over this epoch's steps (decay budget)
@@ -152,9 +152,11 @@ def fit(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            loss_sum += loss.detach() * y.numel()  # y.numel(): the batch's predictions
-            correct += task.correct(logits.detach(), y).sum()
-            seen += y.numel()
+            count = task.num_predictions(y)  # the batch's predictions
+            loss_sum += loss.detach() * count
+            hits = task.correct_count(logits.detach(), y)
+            correct = None if hits is None or correct is None else correct + hits
+            seen += count
             step += 1
         train_loss = loss_sum.item() / max(1, seen)
         if not math.isfinite(train_loss):
@@ -165,7 +167,7 @@ def fit(
         record: dict[str, Any] = {
             "epoch": epoch + 1,
             "train_loss": train_loss,
-            "train_accuracy": correct.item() / max(1, seen),
+            "train_accuracy": None if correct is None else correct.item() / max(1, seen),
             "lr": lr,
             "decay_budget": _decay_budget(history, epoch, lr_sum * settings.weight_decay),
         }
@@ -177,7 +179,7 @@ def fit(
         if not quiet and hasattr(epochs, "set_postfix"):
             # the running loss over the epoch's training batches; the accuracy of the test split
             postfix = {"train loss": f"{train_loss:.3f}"}
-            if "test_accuracy" in record:
+            if record.get("test_accuracy") is not None:
                 postfix["test acc"] = f"{record['test_accuracy']:.3f}"
             epochs.set_postfix(postfix)
         if on_epoch_end is not None:

@@ -5,8 +5,8 @@ How it works, and where each decision lives:
 1. ``walk``: the model is traced with ``torch.fx.symbolic_trace`` -- or, where that fails
    (Hugging Face GPT-2, BERT, ViT, ...), exported with ``torch.export`` into a graph of ATen
    ops that the same handlers read by name (``export``) -- and run once on the example input
-   through ``ShapeProp`` (in eval mode, flags restored), so every value has a shape; then the
-   graph's nodes are visited in order.
+   through a shape-recording interpreter (in eval mode, flags restored), so every value has a
+   shape; then the graph's nodes are visited in order.
 2. ``state``: each tensor value gets a *layout*: the dimension that carries permutable units
    (its channels) and the segments that tile it, each a block of units of one *group*. Groups
    live in a union-find; each axis of each parameter or floating buffer is bound to the

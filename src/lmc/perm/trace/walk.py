@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.fx.passes.shape_prop import ShapeProp
+from torch.fx.node import map_aggregate
+from torch.fx.passes.shape_prop import TensorMetadata
 
 from lmc.config import LmcError
 from lmc.models import eval_mode
@@ -63,12 +64,42 @@ def graph_for(
             raise LmcError(f"{exc} (torch.fx could not trace it either)") from fx_error
 
 
+def _tensor_meta(value: Any) -> Any:
+    """What the trace reads of a tensor (its shape and dtype), in torch's ``TensorMetadata``."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    stride = value.stride() if value.layout == torch.strided else ()
+    return TensorMetadata(
+        value.shape, value.dtype, value.requires_grad, stride, None, value.is_quantized, {}
+    )
+
+
+class _ShapeRecorder(fx.Interpreter):
+    """``torch.fx.passes.shape_prop.ShapeProp`` without its symbolic-shape support: that
+    imports sympy on the first call (about 0.6 s of a process's first alignment), and the trace
+    reads only each value's shape."""
+
+    def run_node(self, n: fx.Node) -> Any:
+        result = super().run_node(n)
+        found: list[bool] = []
+
+        def record(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                found.append(True)
+            return _tensor_meta(value)
+
+        meta = map_aggregate(result, record)
+        if found:
+            n.meta["tensor_meta"] = meta
+        return result
+
+
 def _propagate_shapes(model: nn.Module, gm: fx.GraphModule, inputs: tuple[Any, ...]) -> None:
     """Run ``gm`` once so each node's ``tensor_meta`` holds its value's shape; in eval mode
     (no running-statistics update, deterministic dropout) with every flag restored after."""
     try:
         with eval_mode(model), torch.no_grad():
-            ShapeProp(gm).propagate(*inputs)
+            _ShapeRecorder(gm).run(*inputs)
     except Exception as exc:  # noqa: BLE001
         raise LmcError(
             f"running {type(model).__name__} on the example input failed ({exc}); pass an "
