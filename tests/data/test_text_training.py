@@ -75,7 +75,7 @@ def test_a_bad_text_file_is_one_line_and_writes_nothing(content, message, tmp_pa
         (["--model", "mlp", "--data", "CORPUS"], "this model classifies"),
         (["--model", "mlp", "--context", "8"], "--context is for text data"),
         (["--model", "gpt", "--dataset", "mnist", "--data", "CORPUS"], "drop --dataset mnist"),
-        (["--model", "gpt"], "gpt reads token windows"),
+        (["--model", "gpt"], "gpt: this model predicts at every position"),
     ],
 )
 def test_text_and_model_mismatches_are_refused(argv, message, corpus, tmp_path, capsys):

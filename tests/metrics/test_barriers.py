@@ -133,8 +133,8 @@ def test_uncalibrated_path_leaves_calibrated_and_heldout_barriers_none():
 
 
 def test_a_path_without_its_losses_is_a_clear_error():
-    with pytest.raises(LmcError, match="'accuracy'"):
-        barriers({"lambdas": LAM, "loss": CURVES["loss"]})
+    with pytest.raises(LmcError, match="'loss'"):
+        barriers({"lambdas": LAM, "accuracy": CURVES["accuracy"]})
 
 
 def test_docs_barrier_table_lists_the_schema_in_order():

@@ -111,7 +111,7 @@ def test_registry_builds_without_data_and_refuses_datasets():
     options = resolve_options("gpt", {"vocab": 5, "context": 4, "width": 8, "heads": 2})
     assert options["tied"] is True and options["depth"] == 2 and options["mlp_ratio"] == 4.0
     assert build("gpt", **options)(_tokens(1, 4, vocab=5)).shape == (1, 4, 5)
-    with pytest.raises(LmcError, match="gpt reads token windows"):
+    with pytest.raises(LmcError, match="gpt: this model predicts at every position"):
         resolve_options("gpt", {"width": 8}, input_shape=(1, 8, 8), num_classes=10)
 
 

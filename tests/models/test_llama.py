@@ -91,7 +91,7 @@ def test_registry_fills_the_defaults_and_refuses_bad_options():
     assert options["rope_theta"] == 10000.0 and options["multiple_of"] == 8
     assert build("llama", **options)(torch.zeros(1, 4, dtype=torch.long)).shape == (1, 4, 5)
     assert resolve_options("llama", {"width": 16, "heads": 4, "kv_heads": 2})["kv_heads"] == 2
-    with pytest.raises(LmcError, match="llama reads token windows"):
+    with pytest.raises(LmcError, match="llama: this model predicts at every position"):
         resolve_options("llama", {"width": 8}, input_shape=(1, 8, 8), num_classes=10)
     for options, match in (
         ({"kv_heads": 3}, r"kv_heads \(3\) must divide heads \(4\)"),

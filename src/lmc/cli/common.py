@@ -339,12 +339,17 @@ def _text_options(args: argparse.Namespace, model: torch.nn.Module | None) -> di
 
 
 def check_data_fits(model, data, source: str) -> None:
-    """One batch forward of two test examples: a one-line ``LmcError`` if the data's shape
-    does not fit the model, or its output is not a ``(2, C)`` logits tensor with ``C`` at
-    least the data's number of classes."""
+    """One batch forward of two test examples, checked against the data's task
+    (``data.task_spec``): a one-line ``LmcError`` if the data's shape does not fit the model,
+    or its output does not have the task's layout. For a task whose output is class logits
+    (:attr:`lmc.data.Task.calibrates`) that is the target's shape plus a class axis of at
+    least the data's ``num_classes`` (per example: ``(2, C)``; per position of a window:
+    ``(2, T, V)``, ``V`` the vocabulary); any other task checks the output itself
+    (:meth:`lmc.data.Task.check`)."""
     from lmc.models import eval_mode
 
-    x = data.x_test[:2]
+    task = data.task_spec
+    x, y = data.x_test[:2], data.y_test[:2]
     shape = "(" + ", ".join(str(d) for d in (len(data.x_test), *data.input_shape)) + ")"
     try:
         with torch.no_grad(), eval_mode(model):
@@ -357,12 +362,20 @@ def check_data_fits(model, data, source: str) -> None:
             f"data of shape {shape} ({data.name}) does not fit {source}: {message}"
         ) from exc
     if not isinstance(out, torch.Tensor):
-        raise LmcError(f"{source} returns a {type(out).__name__}, not a logits tensor (N, C)")
-    if data.task == "next-token":
-        if out.dim() != 3 or tuple(out.shape[:2]) != tuple(x.shape):
+        wanted = "a logits tensor (N, C)" if task.calibrates else f"a tensor {task.output_layout()}"
+        raise LmcError(f"{source} returns a {type(out).__name__}, not {wanted}")
+    if not task.calibrates:  # not class logits: the task says what its output is
+        try:
+            task.check(out, y, name=f"the labels of {data.name}")
+        except LmcError as exc:
+            raise LmcError(f"{source} does not fit the {task.name} task: {exc}") from None
+        return
+    fits = out.dim() == y.dim() + 1 and tuple(out.shape[:-1]) == tuple(y.shape)
+    if task.target_axes > 1:  # a prediction per position of a window
+        if not fits:
             raise LmcError(
                 f"{source} turns 2 windows of {data.name} (shape {tuple(x.shape)}) into outputs "
-                f"of shape {tuple(out.shape)}, not next-token logits (2, T, V)"
+                f"of shape {tuple(out.shape)}, not {task.name} logits (2, T, V)"
             )
         if out.shape[-1] < data.num_classes:
             raise LmcError(
@@ -371,7 +384,7 @@ def check_data_fits(model, data, source: str) -> None:
                 "with tokenizer files) or a model with a larger vocabulary"
             )
         return
-    if out.dim() != 2 or out.shape[0] != 2:
+    if not fits:
         raise LmcError(
             f"{source} turns 2 examples of {data.name} into outputs of shape "
             f"{tuple(out.shape)}, not logits (2, C)"

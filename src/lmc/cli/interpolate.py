@@ -179,9 +179,9 @@ def format_table(result) -> str:
     ]
     for row in result.rows():
         lines.append(
-            f"{row['lambda']:6.3f} {row['loss']:9.4f} {row['accuracy']:7.4f} "
+            f"{row['lambda']:6.3f} {row['loss']:9.4f} {_fmt(row['accuracy'], '7.4f')} "
             f"{_fmt(row['calibrated_loss'], '9.4f')} {_fmt(row['inverse_temperature'], '8.3f')} "
-            f"{row['ensemble_accuracy']:8.4f}"
+            f"{_fmt(row['ensemble_accuracy'], '8.4f')}"
         )
     return "\n".join(lines)
 

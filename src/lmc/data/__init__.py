@@ -15,7 +15,15 @@ Fashion-MNIST) and :mod:`lmc.data.cifar` (binary CIFAR). Nothing is ever unpickl
 
 from .batching import batches, num_batches, random_crop_flip
 from .dataset import Dataset
-from .loaders import ALL_DATASETS, DATASETS, canonical_name, dataset_options, input_shape, load
+from .loaders import (
+    ALL_DATASETS,
+    DATASETS,
+    canonical_name,
+    dataset_options,
+    dataset_task,
+    input_shape,
+    load,
+)
 from .paths import cache_dir, default_data_dirs
 from .subsets import ab_split, label_split_subset, label_split_subsets, random_train_subset
 from .tasks import CLASSIFICATION, NEXT_TOKEN, TASKS, Task, get_task, register_task
@@ -45,6 +53,7 @@ __all__ = [
     "canonical_name",
     "dataset_options",
     "default_data_dirs",
+    "dataset_task",
     "input_shape",
     "label_split_subset",
     "label_split_subsets",

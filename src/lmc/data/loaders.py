@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from .text import (
     FORTUNE_FILES,
     TEXT_DATASETS,
     TEXT_OPTIONS,
+    TextDataset,
     build_text_dataset,
     check_tokenizer_digest,
     fortunes_text,
@@ -93,6 +95,17 @@ def input_shape(name: str, **options: Any) -> tuple[int, ...]:
         shape = options.get("input_shape", SYNTHETIC_DEFAULTS["input_shape"])
         return tuple(shape) if isinstance(shape, (list, tuple)) else (int(shape),)
     return INPUT_SHAPES[key]
+
+
+def dataset_task(name: str) -> str:
+    """The task (:mod:`lmc.data.tasks`) of dataset ``name``'s examples, without loading any
+    file: the one its record declares, the default of its ``task`` field
+    (:class:`lmc.data.text.TextDataset`'s ``next-token`` for the text datasets,
+    :class:`lmc.data.Dataset`'s ``classification`` for every other). It is the ``task`` of
+    what :func:`load` returns; ``lmc.data.get_task(dataset_task(name))`` is its
+    :class:`lmc.data.Task`."""
+    record = TextDataset if canonical_name(name) in TEXT_DATASETS else Dataset
+    return next(f.default for f in dataclasses.fields(record) if f.name == "task")
 
 
 def _text_only(options: dict[str, Any]) -> dict[str, Any]:

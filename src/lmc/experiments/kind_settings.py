@@ -16,7 +16,8 @@ from dataclasses import fields
 from typing import Any
 
 from lmc.config import LmcError
-from lmc.data import ALL_DATASETS, TEXT_DATASETS, input_shape
+from lmc.data import ALL_DATASETS, input_shape
+from lmc.data.loaders import dataset_task
 from lmc.models import MODELS, check_options, get_model
 from lmc.train import TrainSettings
 
@@ -163,10 +164,9 @@ def data_given(entry: Any, data: dict[str, Any] | None) -> dict[str, Any]:
     not known yet."""
     if not data or data.get("dataset") not in ALL_DATASETS:
         return {}
-    task = "next-token" if data["dataset"] in TEXT_DATASETS else "classification"
     try:
         shape = input_shape(data["dataset"], **data.get("options", {}))
-        given = entry.inputs(shape, 10, task)
+        given = entry.data_options(shape, 10, dataset_task(data["dataset"]))
     except (LmcError, TypeError, ValueError):
         return {}  # the dataset's own check names the problem
     given.pop("num_classes", None)

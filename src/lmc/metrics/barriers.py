@@ -165,8 +165,9 @@ class Barrier:
         return None if values is None else self.function(lambdas, values)
 
 
-#: Curves every path has; the others (calibrated, held-out) only a calibrated path.
-REQUIRED_CURVES = ("loss", "accuracy")
+#: Curves every path has; the others (accuracy: only a task with an accuracy; calibrated,
+#: held-out: only a calibrated path) may be absent, and their barriers are then ``None``.
+REQUIRED_CURVES = ("loss",)
 
 #: Every barrier, in the order of the results files' columns (docs/science.md § Barriers).
 BARRIERS: tuple[Barrier, ...] = (
@@ -252,7 +253,9 @@ def barriers(result: Any) -> dict[str, float | None]:
     (the held-out subset with the ``split`` calibration, every example with ``crossfit``).
     ``heldout_loss_barrier`` and ``heldout_midpoint_loss_barrier`` compare like with like: the
     uncalibrated barriers on those same examples. A barrier whose curve is absent (the
-    calibrated and held-out ones of a path that was not calibrated) is ``None``.
+    accuracy ones of a task without an accuracy, such as a regression; the calibrated and
+    held-out ones of a path that was not calibrated) is ``None``; a result without ``loss``
+    is an ``LmcError``.
     """
 
     def get(name: str) -> Any:

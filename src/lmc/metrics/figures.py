@@ -223,10 +223,13 @@ def draw_path_curves(
         raise LmcError(f"metric must be one of {', '.join(PATH_METRICS)}, got {metric!r}")
     key, cal_key, ens_key, ens_cal_key, ylabel = PATH_METRICS[metric]
     lam = result.lambdas
+    if getattr(result, key) is None:  # a task without this metric (e.g. no accuracy)
+        ax.set_ylabel(f"{ylabel} (none for this task)")
+        return []
     curves = [(key, PATH_COLOURS[key], linestyle, key)]
     if calibrated and cal_key and getattr(result, cal_key) is not None:
         curves.append((cal_key, PATH_COLOURS[cal_key], linestyle, cal_key))
-    if ensemble:
+    if ensemble and getattr(result, ens_key) is not None:
         curves.append((ens_key, PATH_COLOURS["ensemble"], ":", ens_key))
         if calibrated and ens_cal_key and getattr(result, ens_cal_key) is not None:
             curves.append((ens_cal_key, PATH_COLOURS["calibrated_loss"], ":", ens_cal_key))
@@ -259,13 +262,14 @@ def draw_path(
     colours (no endpoint dots)."""
     ax_loss, ax_acc = axes
     for ax, metric in ((ax_loss, "loss"), (ax_acc, "accuracy")):
-        draw_path_curves(ax, result, metric, calibrated=calibrated)
+        lines = draw_path_curves(ax, result, metric, calibrated=calibrated)
         if baseline is not None:
-            draw_path_curves(
+            lines += draw_path_curves(
                 ax, baseline, metric, calibrated=calibrated, linestyle="--",
                 suffix=" (random direction)", endpoints=False,
             )  # fmt: skip
-        ax.legend(fontsize=8)
+        if lines:
+            ax.legend(fontsize=8)
 
 
 def path_figure(result: PathResult, baseline: PathResult | None = None, title: str = "") -> Figure:

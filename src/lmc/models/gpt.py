@@ -51,6 +51,7 @@ def gpt_inputs(
 
 
 gpt_inputs.keys = ("vocab", "context")  # type: ignore[attr-defined]
+gpt_inputs.outputs = ("per-position",)  # type: ignore[attr-defined]
 
 
 def _check_tokens(module: GPT, args: tuple) -> None:

@@ -148,6 +148,7 @@ def llama_inputs(
 
 
 llama_inputs.keys = ("vocab", "context")  # type: ignore[attr-defined]
+llama_inputs.outputs = ("per-position",)  # type: ignore[attr-defined]
 
 
 def rope_angles(

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError, canonical_json, check_int
+from lmc.data.tasks import get_task
 
 from .init import initialize
 from .layers import ACTIVATIONS, NORMS
@@ -51,30 +52,48 @@ WIDTH_KINDS = ("units", "multiplier")
 DEFAULT_WIDTH_LABELS = {"units": "hidden units per layer", "multiplier": "channel multiplier"}
 
 
-def _classification_only(task: str) -> None:
-    if task != "classification":
+#: The output layouts a model may serve, by the axes of the task's target
+#: (:attr:`lmc.data.Task.target_axes`): ``per-example``, one output per example (``(N, C)``:
+#: class logits, a regression's values); ``per-position``, one per position of a token window
+#: (``(N, T, C)``).
+OUTPUT_LAYOUTS: dict[int, str] = {1: "per-example", 2: "per-position"}
+#: What a model serving each layout does, in words (its refusals say it).
+LAYOUT_WORDS = {
+    "per-example": "classifies (one output per example)",
+    "per-position": "predicts at every position of a token window",
+}
+
+
+def task_layout(task: Any) -> str:
+    """The output layout (:data:`OUTPUT_LAYOUTS`) the task ``task`` (a name or a
+    :class:`lmc.data.Task`) asks of a model; ``LmcError`` for an unknown task."""
+    spec = get_task(task)
+    layout = OUTPUT_LAYOUTS.get(spec.target_axes)
+    if layout is None:
         raise LmcError(
-            f"this model classifies; the dataset holds {task} data (token windows): "
-            "train a gpt on it (--model gpt)"
+            f"the {spec.name} task has targets with {spec.target_axes} axes; a zoo model serves "
+            f"{' or '.join(OUTPUT_LAYOUTS.values())} outputs"
         )
+    return layout
 
 
 def vector_inputs(
     input_shape: Sequence[int], num_classes: int, task: str = "classification"
 ) -> dict[str, Any]:
-    """Options of a model that flattens its input: ``input_size`` = prod(shape)."""
-    _classification_only(task)
+    """Options of a model that flattens its input: ``input_size`` = prod(shape) (the task is
+    checked by the registry against the entry's ``outputs``, :meth:`ModelEntry.check_task`)."""
     return {"input_size": int(math.prod(input_shape)), "num_classes": int(num_classes)}
 
 
 vector_inputs.keys = ("input_size", "num_classes")  # type: ignore[attr-defined]
+vector_inputs.outputs = ("per-example",)  # type: ignore[attr-defined]
 
 
 def image_inputs(
     input_shape: Sequence[int], num_classes: int, task: str = "classification"
 ) -> dict[str, Any]:
-    """Options of a model of images (C, H, W): ``in_channels`` = C."""
-    _classification_only(task)
+    """Options of a model of images (C, H, W): ``in_channels`` = C (the task is checked by
+    the registry, as for :func:`vector_inputs`)."""
     if len(input_shape) != 3:
         raise LmcError(
             f"this model needs image data (C, H, W); the dataset's examples have shape "
@@ -84,6 +103,7 @@ def image_inputs(
 
 
 image_inputs.keys = ("in_channels", "num_classes")  # type: ignore[attr-defined]
+image_inputs.outputs = ("per-example",)  # type: ignore[attr-defined]
 
 
 def _declared(options: Mapping[str, Any] | None) -> dict[str, ModelOption]:
@@ -111,6 +131,13 @@ class ModelEntry:
     (``width`` only when given: a study sets it per sweep point). ``complete`` (optional)
     fills, in :func:`resolve_options`, the defaults that depend on other options (ViT: the
     patch size from the image size), so a resolved config holds concrete values.
+    ``outputs``: the output layouts (:data:`OUTPUT_LAYOUTS`) the model serves, which the data's
+    task must ask for (:meth:`check_task`): ``("per-example",)`` for a model with one output
+    per example (MLP, VGG, ResNet, ViT: classification, or any registered task with
+    per-example targets, a regression say), ``("per-position",)`` for a language model. Left
+    empty, it is what the ``inputs`` function declares (its ``outputs`` attribute, as
+    :func:`vector_inputs` and :func:`image_inputs` do); an entry that declares none is not
+    checked here (its ``inputs`` function checks the task itself).
     """
 
     name: str
@@ -125,13 +152,49 @@ class ModelEntry:
     width_label: str = ""
     declarations: Mapping[str, ModelOption] = field(default_factory=dict)
     widenable: bool = False
+    outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        outputs = tuple(self.outputs or getattr(self.inputs, "outputs", ()))
+        unknown = [o for o in outputs if o not in OUTPUT_LAYOUTS.values()]
+        if unknown:
+            raise ValueError(
+                f"model {self.name!r}: unknown output layout {unknown[0]!r}; use "
+                f"{', '.join(OUTPUT_LAYOUTS.values())}"
+            )
+        object.__setattr__(self, "outputs", outputs)
         if not self.width_label:
             object.__setattr__(self, "width_label", DEFAULT_WIDTH_LABELS[self.width])
         declared = {**_declared(self.options), **dict(self.declarations)}
         object.__setattr__(self, "declarations", declared)
         object.__setattr__(self, "options", {k: v.default for k, v in declared.items()})
+
+    def check_task(self, task: Any) -> None:
+        """``LmcError`` unless the model serves the output layout the task ``task`` (a name or
+        a :class:`lmc.data.Task`) asks for (:func:`task_layout` in :attr:`outputs`); an entry
+        that declares no ``outputs`` passes every task."""
+        if not self.outputs:
+            return
+        layout = task_layout(task)
+        if layout in self.outputs:
+            return
+        spec = get_task(task)
+        others = [n for n, e in MODELS.items() if layout in e.outputs]
+        hint = f": train {' or '.join(others)} on it (--model {others[0]})" if others else ""
+        serves = "; ".join(LAYOUT_WORDS[o] for o in self.outputs)
+        raise LmcError(
+            f"{self.name}: this model {serves}; the dataset holds {spec.name} data "
+            f"({spec.target_layout()}), which needs {layout} outputs{hint}"
+        )
+
+    def data_options(
+        self, input_shape: Sequence[int], num_classes: int, task: Any = "classification"
+    ) -> dict[str, Any]:
+        """The options read off the data (:attr:`input_keys`: ``inputs(input_shape,
+        num_classes, task)``), once the task is checked against the model's ``outputs``
+        (:meth:`check_task`); ``task`` is a task's name or a :class:`lmc.data.Task`."""
+        self.check_task(task)
+        return self.inputs(tuple(input_shape), num_classes, get_task(task).name)
 
     @property
     def input_keys(self) -> tuple[str, ...]:
@@ -181,8 +244,11 @@ def register_model(
     complete: OptionFill | None = None,
     width_label: str | None = None,
     widenable: bool = False,
+    outputs: Sequence[str] = (),
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Decorator registering ``factory`` as zoo model ``name`` (see :class:`ModelEntry`).
+    ``outputs``: the output layouts it serves (:data:`OUTPUT_LAYOUTS`; default: what its
+    ``inputs`` function declares).
 
     ``options`` maps each option to a :class:`ModelOption` or a bare default;
     ``width_label`` defaults to :data:`DEFAULT_WIDTH_LABELS` of the width kind. An option
@@ -217,6 +283,7 @@ def register_model(
             width_label or DEFAULT_WIDTH_LABELS[width],
             declared,
             widenable,
+            tuple(outputs),
         )
         return factory
 
@@ -329,7 +396,7 @@ def resolve_options(
     resolved: dict[str, Any] = {**entry.options, **given}
     resolved["width"] = entry.width_value(given.get("width", entry.default_width))
     if input_shape is not None and num_classes is not None:
-        for key, value in entry.inputs(tuple(input_shape), num_classes, task).items():
+        for key, value in entry.data_options(tuple(input_shape), num_classes, task).items():
             resolved.setdefault(key, value)
     if entry.complete is not None:
         resolved = entry.complete(resolved)

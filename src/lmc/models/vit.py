@@ -88,8 +88,6 @@ def vit_inputs(
 ) -> dict[str, Any]:
     """Options of a ViT read off images (C, H, W): ``in_channels`` = C, ``image_size`` = H
     (or [H, W] when not square)."""
-    if task != "classification":
-        raise LmcError(f"vit classifies images; the dataset holds {task} data: use --model gpt")
     if len(input_shape) != 3:
         raise LmcError(
             f"vit needs image data (C, H, W); the dataset's examples have shape "
@@ -100,6 +98,7 @@ def vit_inputs(
 
 
 vit_inputs.keys = ("in_channels", "image_size", "num_classes")  # type: ignore[attr-defined]
+vit_inputs.outputs = ("per-example",)  # type: ignore[attr-defined]
 
 
 class ViT(nn.Module):

@@ -49,6 +49,8 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from lmc.config import LmcError, LmcWarning, check_regular_file, config_hash
+from lmc.data.loaders import ALL_DATASETS, dataset_task
+from lmc.data.tasks import CLASSIFICATION
 
 from .atomic import (
     check_output_place,
@@ -106,6 +108,22 @@ class Run:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def task(self) -> str:
+        """The name of the task (:mod:`lmc.data.tasks`) the run's model serves, what its
+        evaluation asks: the one its ``metrics.json`` records (``"task"``, written by
+        :func:`lmc.train.runs.final_metrics`; never part of the hashed config, so run names do
+        not depend on it), else its config's ``task`` (a stored curve's), else, for a run made
+        before runs recorded it, its dataset's declaration (:func:`lmc.data.loaders.
+        dataset_task`), else ``classification``."""
+        for recorded in (self.metrics.get("task"), self.config.get("task")):
+            if isinstance(recorded, str):
+                return recorded
+        dataset = self.config.get("dataset")
+        if dataset in ALL_DATASETS:
+            return dataset_task(dataset)
+        return CLASSIFICATION.name
 
     @property
     def verified(self) -> bool:

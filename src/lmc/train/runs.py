@@ -3,6 +3,7 @@ thread count every entry point trains with (:data:`DEFAULT_THREADS`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError, environment_info
-from lmc.data import Dataset, canonical_name, load
+from lmc.data import TASKS, Dataset, canonical_name, load
 from lmc.data import dataset_options as recorded_dataset_options
 from lmc.data.text import PATH_OPTIONS, TEXT_DATASETS, absolute_paths, with_recorded_paths
 from lmc.models import (
@@ -301,7 +302,7 @@ def load_run_data(
     given = dict(config.get("dataset_options") or {})
     options = run_dataset_options(run)
     try:
-        return load(
+        data = load(
             config["dataset"], data_dir=data_dir, device=device, download=download, **options
         )
     except LmcError as exc:
@@ -315,6 +316,24 @@ def load_run_data(
         for key in moved:
             message = message.replace(str(options[key]), str(given[key]))
         raise LmcError(message) from exc
+    return with_run_task(data, run) if isinstance(run, Run) else data
+
+
+def with_run_task(data: Dataset, run: Run) -> Dataset:
+    """``data`` carrying the task ``run`` recorded (:attr:`lmc.store.Run.task`), so that what
+    evaluates the run asks the run's own task: ``data`` itself when it already carries that
+    task (every run of a zoo dataset), else a copy with ``task`` replaced. ``LmcError`` when
+    the recorded task is not registered in this process (:func:`lmc.data.register_task`)."""
+    name = run.task
+    if name == data.task:
+        return data
+    if name not in TASKS:
+        raise LmcError(
+            f"run {run.name} was trained for the task {name!r}, which is not registered in "
+            f"this process (known: {', '.join(sorted(TASKS))}): register it "
+            "(lmc.data.register_task) before evaluating the run"
+        )
+    return dataclasses.replace(data, task=name)
 
 
 def final_metrics(
@@ -328,10 +347,13 @@ def final_metrics(
     **extra: Any,
 ) -> dict[str, Any]:
     """The ``metrics.json`` of a finished training run: the per-epoch ``history``, the final
-    train and test loss (nats) and accuracy (fraction), the parameter count, the epoch it
-    resumed from (``None``), the wall time in seconds, the environment and ``decay_budget``
-    (Σ_t lr_t·wd over every step: the last epoch's, ``None`` if its history lacks it); ``extra``
-    keys are added (e.g. who trained it)."""
+    train and test loss (nats) and accuracy (fraction; ``None`` for a task without one), the
+    parameter count, the epoch it resumed from (``None``), the wall time in seconds, the
+    environment, ``decay_budget`` (Σ_t lr_t·wd over every step: the last epoch's, ``None`` if
+    its history lacks it) and ``task``, the name of the data's task (:mod:`lmc.data.tasks`:
+    what :attr:`lmc.store.Run.task` reads, and what the run is evaluated with; recorded here,
+    not in the hashed config, so run names are unchanged); ``extra`` keys are added (e.g. who
+    trained it)."""
     train_eval = evaluate(model, data.x_train, data.y_train, task=data.task)
     test_eval = evaluate(model, data.x_test, data.y_test, task=data.task)
     return {
@@ -345,6 +367,7 @@ def final_metrics(
         "wall_seconds": seconds,
         "environment": environment_info(device),
         "decay_budget": history[-1].get("decay_budget") if history else None,
+        "task": data.task_spec.name,
         **extra,
     }
 
