@@ -1,7 +1,7 @@
 """``lmc curve``: a Bézier curve or chain fitted between two runs (zoo MLPs on digits, zoo GPTs
 on a text file) or two weight files of a user's model, with and without alignment, evaluated
-beside the line on the same grid; its JSON keys are the README's; the control point is a run
-(reused from the store when its config matches)."""
+beside the line on the same grid; its JSON keys are the ones docs/cli.md lists; the control point
+is a run (reused from the store when its config matches)."""
 
 from __future__ import annotations
 
@@ -55,11 +55,11 @@ def _curve(capsys, *argv) -> dict:
     return json.loads(captured.out)
 
 
-def readme_keys() -> set[str]:
-    """The keys the README's ``lmc curve --json`` bullet names (backticked identifiers)."""
-    text = (ROOT / "README.md").read_text()
+def documented_keys() -> set[str]:
+    """The keys the ``lmc curve --json`` bullet of docs/cli.md names (backticked identifiers)."""
+    text = (ROOT / "docs" / "cli.md").read_text()
     match = re.search(r"^- `lmc curve --json`:(.*?)(?=^- `)", text, flags=re.M | re.S)
-    assert match, "the README documents no `lmc curve --json` keys"
+    assert match, "docs/cli.md documents no `lmc curve --json` keys"
     return set(re.findall(r"`([a-z_]+)`", match.group(1))) - {"null"}  # a value, not a key
 
 
@@ -71,11 +71,13 @@ def _keys(summary: dict) -> set[str]:
     return out
 
 
-def test_lmc_curve_fits_beside_the_line_and_prints_the_readme_keys(runs, tmp_path, capsys, digits):
+def test_lmc_curve_fits_beside_the_line_and_prints_the_documented_keys(
+    runs, tmp_path, capsys, digits
+):
     root, a, b = runs
     out = tmp_path / "plain"
     summary = _curve(capsys, str(a), str(b), "--runs-dir", str(root), *FAST, "--out", str(out))
-    assert readme_keys() <= _keys(summary), readme_keys() - _keys(summary)
+    assert documented_keys() <= _keys(summary), documented_keys() - _keys(summary)
     assert {"lambdas", "loss", "midpoint_loss_barrier", "align"} <= set(summary)  # interpolate's
     assert summary["path"] == "line" and summary["kind"] == "bezier"
     curve = summary["curve"]

@@ -1,8 +1,9 @@
-"""The README's Hugging Face language-model example (``<!-- test: hf-text -->``) runs as written
-(issue 29): two GPT-2 ``save_pretrained`` folders with their tokenizer, a text file, and
-``lmc interpolate --hf-model FOLDER --data corpus.txt`` without and with weight matching.
+"""The guide's Hugging Face language-model example (``<!-- test: hf-text -->``, in docs/guide.md:
+the one block so marked in the README or a page under docs/) runs as written (issue 29): two
+GPT-2 ``save_pretrained`` folders with their tokenizer, a text file, and ``lmc interpolate
+--hf-model FOLDER --data corpus.txt`` without and with weight matching.
 
-The only change to the README's lines: the example script trains for 5 steps on 60,000
+The only change to the block's lines: the example script trains for 5 steps on 60,000
 characters (``--steps 5 --chars 60000``) instead of its defaults, to keep the test short.
 The corpus is Debian's fortunes where the ``fortunes`` package is installed (scripts/test.sh
 installs it where apt can) and the Python Language Reference of Python's standard library
@@ -31,13 +32,14 @@ pytest.importorskip("tokenizers")
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- test: hf-text -->"
+MANUAL = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # where the block may be
 SHORT = ["--steps", "5", "--chars", "60000"]
 CALIBRATION_FOLDS = 5  # lmc interpolate --calibrate: cross-fitted over 5 folds
 
 
-def readme_commands() -> list[list[str]]:
+def guide_commands() -> list[list[str]]:
     pattern = re.compile(re.escape(MARKER) + r"\s*\n```bash\n(.*?)\n```", re.DOTALL)
-    (block,) = pattern.findall((ROOT / "README.md").read_text())
+    (block,) = pattern.findall("\n".join(path.read_text() for path in MANUAL))
     lines = block.replace("\\\n", " ").splitlines()
     return [argv for argv in (shlex.split(line, comments=True) for line in lines) if argv]
 
@@ -46,7 +48,7 @@ def readme_commands() -> list[list[str]]:
 def example(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hf-text")
     shutil.copytree(ROOT / "examples" / "hf_gpt2", folder / "examples" / "hf_gpt2")
-    commands = readme_commands()
+    commands = guide_commands()
     assert [argv[0] for argv in commands] == ["python", "lmc", "lmc"]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)

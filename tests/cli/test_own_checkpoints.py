@@ -1,10 +1,10 @@
 """The user's own model and checkpoints in ``lmc align/interpolate/analyze``.
 
-The README's shell block marked ``<!-- test: own-checkpoints -->`` is run command by command,
-as written, in a temporary folder (two TinyNets trained on digits by
-examples/own_model/train_two.py); its weight files are then reused by the other tests:
-factories, weight files (.safetensors, .pt through weights_only), data files, and the one-line
-errors.
+The guide's shell block marked ``<!-- test: own-checkpoints -->`` (docs/guide.md: the one block
+so marked in the README or a page under docs/) is run command by command, as written, in a
+temporary folder (two TinyNets trained on digits by examples/own_model/train_two.py); its weight
+files are then reused by the other tests: factories, weight files (.safetensors, .pt through
+weights_only), data files, and the one-line errors.
 """
 
 from __future__ import annotations
@@ -33,20 +33,20 @@ from lmc.data.user_file import load_user_data
 from lmc.models.factory import load_factory, load_weights, read_weights
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+MANUAL = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # where the block may be
 EXAMPLE = ROOT / "examples" / "own_model"
 MARKER = "<!-- test: own-checkpoints -->"
 BIN = Path(sys.executable).parent
 
 
-def readme_block() -> str:
+def guide_block() -> str:
     pattern = re.compile(re.escape(MARKER) + r"\s*\n```bash\n(.*?)\n```", re.DOTALL)
-    blocks = pattern.findall(README.read_text())
+    blocks = pattern.findall("\n".join(path.read_text() for path in MANUAL))
     assert len(blocks) == 1, "exactly one marked shell block"
     return blocks[0]
 
 
-def readme_commands(block: str) -> list[list[str]]:
+def block_commands(block: str) -> list[list[str]]:
     """The block's commands as argument lists, as bash would split them: continuation lines
     joined, comments dropped."""
     lines = block.replace("\\\n", " ").splitlines()
@@ -85,17 +85,17 @@ def run_in_process(commands: list[list[str]], folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def readme_run(tmp_path_factory):
-    """The README block run in a fresh folder holding a copy of examples/own_model (in this
+def guide_run(tmp_path_factory):
+    """The guide's block run in a fresh folder holding a copy of examples/own_model (in this
     process: see ``run_in_process``)."""
     folder = tmp_path_factory.mktemp("own")
     shutil.copytree(EXAMPLE, folder / "examples" / "own_model")
-    stdout = run_in_process(readme_commands(readme_block()), folder)
+    stdout = run_in_process(block_commands(guide_block()), folder)
     return folder, SimpleNamespace(stdout=stdout)
 
 
 def test_the_lmc_command_runs_in_a_shell(tmp_path):
-    """The installed ``lmc`` command (the README block's program) starts from a shell."""
+    """The installed ``lmc`` command (the guide block's program) starts from a shell."""
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", f"{BIN / 'lmc'} align --help"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
@@ -108,8 +108,8 @@ def factory_spec(folder: Path) -> str:
     return f"{folder / 'examples' / 'own_model' / 'model.py'}:make"
 
 
-def test_the_readme_block_aligns_and_interpolates_two_checkpoints(readme_run):
-    folder, proc = readme_run
+def test_the_guide_block_aligns_and_interpolates_two_checkpoints(guide_run):
+    folder, proc = guide_run
     assert not (folder / "runs").exists()  # nothing went into a run store
     make = load_factory(factory_spec(folder))
     model_b = load_weights(make(), folder / "b.safetensors")
@@ -133,7 +133,7 @@ def test_the_readme_block_aligns_and_interpolates_two_checkpoints(readme_run):
         assert summary["accuracy"][0] > 0.9 and summary["accuracy"][-1] > 0.9
         assert all(math.isfinite(v) for v in summary["loss"])
         assert (folder / "out" / "own-plain" / "path.png").stat().st_size > 0
-    # the endpoints are the same models; the aligned midpoint is far lower (as README says)
+    # the endpoints are the same models; the aligned midpoint is far lower (as the guide says)
     assert same["loss"][0] == pytest.approx(plain["loss"][0], abs=1e-6)
     assert same["loss"][-1] == pytest.approx(plain["loss"][-1], abs=1e-5)
     assert plain["loss_barrier"] > 0.1
@@ -157,8 +157,8 @@ def _error(capsys, argv) -> str:
     return lines[0]
 
 
-def test_analyze_json_on_user_checkpoints(readme_run, capsys):
-    folder, _ = readme_run
+def test_analyze_json_on_user_checkpoints(guide_run, capsys):
+    folder, _ = guide_run
     a, b = str(folder / "a.safetensors"), str(folder / "b.safetensors")
     summary = _json(capsys, [
         "analyze", a, b, "--model-factory", factory_spec(folder), "--data", "digits",
@@ -171,8 +171,8 @@ def test_analyze_json_on_user_checkpoints(readme_run, capsys):
     assert all(-1.0 <= r["lewc_cosine"] <= 1.0 + 1e-6 for r in summary["layers"])
 
 
-def test_pt_files_load_with_weights_only_and_match_safetensors(readme_run, tmp_path, capsys):
-    folder, _ = readme_run
+def test_pt_files_load_with_weights_only_and_match_safetensors(guide_run, tmp_path, capsys):
+    folder, _ = guide_run
     state_a = load_file(str(folder / "a.safetensors"))
     state_b = load_file(str(folder / "b.safetensors"))
     torch.save(state_a, tmp_path / "a.pt")
@@ -196,8 +196,8 @@ class Planted:
         return (open, (str(self.marker), "w"))
 
 
-def test_a_pickle_with_code_is_refused_unexecuted(readme_run, tmp_path, capsys):
-    folder, _ = readme_run
+def test_a_pickle_with_code_is_refused_unexecuted(guide_run, tmp_path, capsys):
+    folder, _ = guide_run
     marker = tmp_path / "executed"
     state = load_file(str(folder / "a.safetensors"))
     torch.save({"state_dict": state, "extra": Planted(marker)}, tmp_path / "evil.pt")
@@ -211,8 +211,8 @@ def test_a_pickle_with_code_is_refused_unexecuted(readme_run, tmp_path, capsys):
     assert "evil.pt" in message and "weights_only" in message and not marker.exists()
 
 
-def test_weights_that_do_not_fit_name_the_tensor(readme_run, tmp_path, capsys):
-    folder, _ = readme_run
+def test_weights_that_do_not_fit_name_the_tensor(guide_run, tmp_path, capsys):
+    folder, _ = guide_run
     source = (EXAMPLE / "model.py").read_text()
     (tmp_path / "narrow.py").write_text(source + "\n\ndef make():\n    return TinyNet(hidden=32)\n")
     message = _error(capsys, [
@@ -277,8 +277,8 @@ def test_factory_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert "no_such_package_xyz" in message
 
 
-def test_option_misuse_is_a_one_line_error(readme_run, tmp_path, capsys):
-    folder, _ = readme_run
+def test_option_misuse_is_a_one_line_error(guide_run, tmp_path, capsys):
+    folder, _ = guide_run
     a, b = str(folder / "a.safetensors"), str(folder / "b.safetensors")
     spec = factory_spec(folder)
     message = _error(capsys, ["interpolate", a, b, "--model-factory", spec])
@@ -295,8 +295,8 @@ def test_option_misuse_is_a_one_line_error(readme_run, tmp_path, capsys):
     assert "not both" in message
 
 
-def test_align_json_and_activation_matching_on_user_checkpoints(readme_run, tmp_path, capsys):
-    folder, _ = readme_run
+def test_align_json_and_activation_matching_on_user_checkpoints(guide_run, tmp_path, capsys):
+    folder, _ = guide_run
     a, b = str(folder / "a.safetensors"), str(folder / "b.safetensors")
     out = tmp_path / "sub" / "b_act.safetensors"
     record = _json(capsys, [
@@ -311,8 +311,8 @@ def test_align_json_and_activation_matching_on_user_checkpoints(readme_run, tmp_
     assert Path(record["perm"]).is_file() and out.is_file()
 
 
-def test_data_file_of_the_wrong_shape_is_a_one_line_error(readme_run, tmp_path, capsys):
-    folder, _ = readme_run
+def test_data_file_of_the_wrong_shape_is_a_one_line_error(guide_run, tmp_path, capsys):
+    folder, _ = guide_run
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "flat5.npz", x=rng.normal(size=(40, 5)), y=np.repeat(np.arange(10), 4))
     message = _error(capsys, [
@@ -323,9 +323,9 @@ def test_data_file_of_the_wrong_shape_is_a_one_line_error(readme_run, tmp_path, 
     assert f"does not fit the model from {factory_spec(folder)}" in message
 
 
-def test_user_data_file_interpolates_like_the_zoo_dataset(readme_run, tmp_path, capsys, digits):
+def test_user_data_file_interpolates_like_the_zoo_dataset(guide_run, tmp_path, capsys, digits):
     """The digits test split saved as x_test/y_test gives the same numbers as --data digits."""
-    folder, _ = readme_run
+    folder, _ = guide_run
     arrays = {"x": digits.x_train, "y": digits.y_train}
     save_file({**arrays, "x_test": digits.x_test, "y_test": digits.y_test},
               str(tmp_path / "mine.safetensors"))  # fmt: skip

@@ -1,7 +1,8 @@
-"""The verdicts, ratios, pair counts and run times on the results pages and in the README are
-generated (scripts/results_pages.py through lmc.stats), never typed: each placeholder on tiny
-files written here against lmc.stats' own answer, and a verdict word or a run time edited by hand
-in a rendered page or README block makes the committed-text check fail."""
+"""The verdicts, ratios, pair counts and run times on the results pages and in the generated
+blocks (the README's and the site pages') are generated (scripts/results_pages.py through
+lmc.stats), never typed: each placeholder on tiny files written here against lmc.stats' own
+answer, and a verdict word or a run time edited by hand in a rendered page or block makes the
+committed-text check fail."""
 
 from __future__ import annotations
 
@@ -207,10 +208,11 @@ def _block(text: str, name: str) -> str:
 @pytest.mark.parametrize(
     ("where", "pattern", "edit"),
     [
-        ("README.md:why-width", "higher in every pair", "lower in every pair"),
-        ("README.md:why-width", "no difference detected", "no difference"),
-        ("README.md:findings", r"too few pairs \(n = 2 < 3\): no verdict", "within noise"),
-        ("README.md:recipes", r"\d+\.\d min recorded", "2 min recorded"),
+        ("docs/findings.md:why-width", "higher in every pair", "lower in every pair"),
+        ("docs/findings.md:why-width", "no difference detected", "no difference"),
+        ("docs/findings.md:findings", r"too few pairs \(n = 2 < 3\): no verdict", "within noise"),
+        ("docs/experiments.md:recipes", r"\d+\.\d min recorded", "2 min recorded"),
+        ("README.md:demo", r"too few pairs \(n = 2 < 3\): no verdict", "within noise"),
         ("docs/results/why-width-fmnist-mlp/README.md", "higher in every pair", "within noise"),
         ("docs/results/beyond-perm-fmnist-vit/README.md", r"above 0\.1 in \d of", "at most 0.1 in"),
         (

@@ -1,7 +1,8 @@
-"""Every number on the results pages and in the README's generated blocks comes from a committed
-file: regenerating them (scripts/results_pages.py) gives exactly the committed text, so a changed
-digit fails; and every speed or memory figure under the README's Performance heading cites a
-committed log under docs/results/benchmarks/."""
+"""Every number on the results pages and in the generated blocks of the README and the site's
+pages (docs/findings.md, docs/performance.md, ...) comes from a committed file: regenerating them
+(scripts/results_pages.py) gives exactly the committed text, so a changed digit fails; and every
+speed or memory figure on the Performance page (docs/performance.md) cites a committed log under
+docs/results/benchmarks/."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
+FINDINGS = "docs/findings.md"
+PERFORMANCE = "docs/performance.md"
 # a timing, memory or speed figure: a number with its unit, or a ratio such as 4.3×
 FIGURE = re.compile(r"\d\s*(s\b|ms\b|min\b|MiB|GiB|GFLOP|×|x faster)")
 LOG = re.compile(r"docs/results/benchmarks/[\w.*-]+")
@@ -38,10 +41,10 @@ def test_every_study_folder_has_a_page_source(pages):
     assert studies == {p.name for p in pages.study_folders(ROOT)}
 
 
-def test_committed_pages_and_readme_blocks_are_what_the_files_give(pages):
+def test_committed_pages_and_generated_blocks_are_what_the_files_give(pages):
     assert pages.stale(ROOT) == [], "run: python scripts/results_pages.py"
-    readme = (ROOT / "README.md").read_text()
-    assert "<!-- BEGIN generated: findings -->" in readme
+    assert "<!-- BEGIN generated: findings -->" in (ROOT / FINDINGS).read_text()
+    assert "<!-- BEGIN generated: demo -->" in (ROOT / "README.md").read_text()
 
 
 def test_an_edited_number_fails_the_check(pages, tmp_path):
@@ -51,12 +54,49 @@ def test_an_edited_number_fails_the_check(pages, tmp_path):
     number = re.search(r"\d+\.\d{3} ± \d+\.\d{3}", text).group(0)
     digit = number[-1]
     page.write_text(text.replace(number, number[:-1] + str((int(digit) + 1) % 10), 1))
-    readme = root / "README.md"
-    block = re.search(r"BEGIN generated: findings -->\n(.*?)<!-- END", readme.read_text(), re.S)
+    findings = root / FINDINGS
+    block = re.search(r"BEGIN generated: findings -->\n(.*?)<!-- END", findings.read_text(), re.S)
     cell = re.search(r"\d+\.\d ", block.group(1)).group(0)
-    edited = readme.read_text().replace(cell, cell.replace(".", "", 1), 1)
-    readme.write_text(edited)
-    assert sorted(pages.stale(root)) == sorted([page, readme])
+    findings.write_text(findings.read_text().replace(cell, cell.replace(".", "", 1), 1))
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("1.333 ± ", "1.334 ± ", 1))  # the demo block
+    assert sorted(pages.stale(root)) == sorted([page, findings, readme])
+
+
+def test_a_block_in_a_site_page_reads_from_the_root_and_links_from_its_page(pages, tmp_path):
+    """A block's source is written from the repository root (its placeholders and links); in a
+    page under docs/ its links are rewritten from the page's folder, and a link that names no
+    file there is an error."""
+    root = tmp_path / "repo"
+    (root / "docs" / "results" / "s").mkdir(parents=True)
+    (root / "docs" / "results" / "s" / "README.md").write_text("# s\n")
+    (root / "docs" / "results" / "s" / "t.csv").write_text("w,x\n1,0.25\n")
+    source = root / "docs" / "results" / "readme-b.md.in"
+    source.write_text(
+        "x is {{docs/results/s/t.csv: w=1 | x | .2f}} ([s](docs/results/s/README.md#top), "
+        "[site](https://example.org))"
+    )
+    empty = "<!-- BEGIN generated: b -->\n<!-- END generated: b -->\n"
+    rendered = pages.render_blocks(empty, root, "docs/page.md")
+    assert "x is 0.25 ([s](results/s/README.md#top), [site](https://example.org))" in rendered
+    assert "(docs/results/s/README.md#top)" in pages.render_blocks(empty, root, "README.md")
+    source.write_text("[gone](docs/results/nothing.md)")
+    with pytest.raises(pages.PageError, match="names no file"):
+        pages.render_blocks(empty, root, "docs/page.md")
+
+
+def test_every_block_source_has_its_block_in_exactly_one_file(pages, tmp_path):
+    root = _copy(tmp_path)
+    findings = root / FINDINGS
+    text = findings.read_text()
+    block = re.search(r"<!-- BEGIN generated: findings -->.*?<!-- END generated: findings -->\n",
+                      text, re.S).group(0)  # fmt: skip
+    findings.write_text(text.replace(block, ""))
+    with pytest.raises(pages.PageError, match="readme-findings.md.in: .* in 0 of"):
+        pages.stale(root)
+    findings.write_text(text + "\n" + block)  # twice in one file
+    with pytest.raises(pages.PageError, match="readme-findings.md.in: .* in 2 of"):
+        pages.stale(root)
 
 
 def test_a_changed_committed_value_makes_its_page_stale(pages, tmp_path):
@@ -113,14 +153,15 @@ def test_loops_fill_one_line_per_group(pages, tmp_path):
     assert pages.render_text(ctx, text, {}) == "| 1 | 0.50 |\n| 2 | 0.25 |"
 
 
-def _performance_items(readme: str) -> list[str]:
-    start = readme.index("\n## Performance")
-    end = readme.index("\n## ", start + 1)
-    return re.split(r"\n(?=- )", readme[start:end])[1:]
+def _performance_items(page: str) -> list[str]:
+    """The top-level list items of the page's "# Performance" section (up to a next heading)."""
+    start = page.index("# Performance")
+    end = page.find("\n#", start + 1)
+    return re.split(r"\n(?=- )", page[start : end if end != -1 else len(page)])[1:]
 
 
 def test_every_speed_and_memory_figure_cites_a_committed_log():
-    items = _performance_items((ROOT / "README.md").read_text())
+    items = _performance_items((ROOT / PERFORMANCE).read_text())
     assert len(items) >= 4
     for item in items:
         cited = LOG.findall(item)
@@ -131,6 +172,6 @@ def test_every_speed_and_memory_figure_cites_a_committed_log():
 
 
 def test_the_figure_check_catches_an_uncited_figure():
-    readme = "# lmc\n\n## Performance\n\n- **Speed**: 12.5 s on a laptop.\n\n## Next\n"
-    (item,) = _performance_items(readme)
+    page = "# Performance\n\nIntro.\n\n- **Speed**: 12.5 s on a laptop.\n\n## Next\n\n- 3 s\n"
+    (item,) = _performance_items(page)
     assert FIGURE.search(item) and not LOG.findall(item)
