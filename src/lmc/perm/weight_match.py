@@ -33,8 +33,8 @@ Speed (``benchmarks/weight_matching.py`` measures it against Git Re-Basin's loop
 - the start matters more than the solver: ``init="onepass"`` (the default; Git Re-Basin's
   greedy one-pass answer, then coordinate descent) reached a higher objective in fewer passes
   than the identity start on the benchmark's digits MLPs (``benchmarks/weight_matching.py
-  --init onepass``; docs/performance.md quotes the figures). The descent keeps the similarity products
-  the one-pass step made (each layer's incoming weights under the decided permutations) and
+  --init onepass``; docs/performance.md quotes the figures). The descent keeps the similarity
+  products the one-pass step made (each layer's incoming weights under the decided permutations) and
   adds only the terms it left out, so the start costs its assignments and little else.
   ``init="identity"`` is Git Re-Basin's own start (and the one every committed result before
   the one-pass default ran with: their recipes name it).
