@@ -139,18 +139,51 @@ def load_pair(args: argparse.Namespace, verb: str):
     """``(run_a, run_b, model_a, model_b, data)`` for the verbs that take RUN_A RUN_B: both runs
     resolved, their datasets and architectures checked, the models built on ``--device`` and
     the dataset loaded there."""
-    from lmc.merge.many import build_run_model
-    from lmc.models import check_same_architecture
+    from lmc.pair.merged import build_run_models
 
     run_a, run_b = resolve_run(args.run_a, args.runs_dir), resolve_run(args.run_b, args.runs_dir)
     check_same_data(run_a, run_b, verb)
     device = device_from(args)
-    # a canonical-form run (lmc merge beyond permutations) loads into its canonical skeleton
-    model_a, model_b = build_run_model(run_a, device), build_run_model(run_b, device)
+    # a canonical-form run (lmc merge beyond permutations) loads into its canonical skeleton,
+    # and a plain run beside one is put in its canonical form (the same function)
+    model_a, model_b = build_run_models([run_a, run_b], device)
     if not getattr(args, "widen", False):  # --widen: widths may differ (lmc.perm.widen)
-        check_same_architecture(model_a, model_b, names=("RUN_A", "RUN_B"))
+        check_pair_architecture(model_a, model_b, ("RUN_A", "RUN_B"), args)
     data = dataset_for_config(run_a, args, device)
     return run_a, run_b, model_a, model_b, data
+
+
+#: the Hugging Face model types :mod:`lmc.perm.widen` writes into a wider copy
+WIDENABLE_HF_TYPES = ("gpt2", "vit")
+
+
+def _widenable(model) -> bool:
+    """Whether ``--widen`` could pair ``model`` with a wider one (zoo gpt/vit, HF GPT-2/ViT)."""
+    from lmc.perm.canonical import unwrap
+    from lmc.perm.widen import widenable_models
+
+    inner, prefix = unwrap(model)
+    spec = getattr(inner, "lmc_spec", None) or getattr(model, "lmc_spec", None)
+    if isinstance(spec, dict) and spec.get("name") in widenable_models():
+        return True
+    config = getattr(inner, "config", None) if prefix else None
+    return getattr(config, "model_type", None) in WIDENABLE_HF_TYPES
+
+
+def check_pair_architecture(model_a, model_b, names: tuple[str, str], args) -> None:
+    """:func:`lmc.models.check_same_architecture` for a verb's pair; when the verb takes
+    ``--widen`` and the models are widenable (:func:`_widenable`) the refusal mentions it."""
+    from lmc.models import check_same_architecture
+
+    try:
+        check_same_architecture(model_a, model_b, names=names)
+    except LmcError as exc:
+        if hasattr(args, "widen") and _widenable(model_a) and _widenable(model_b):
+            raise LmcError(
+                f"{exc} (if they differ only in width, add --widen to write the narrower into "
+                "the wider one's architecture)"
+            ) from exc
+        raise
 
 
 def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
@@ -338,6 +371,25 @@ def _text_options(args: argparse.Namespace, model: torch.nn.Module | None) -> di
     return options
 
 
+def _vocabulary_message(source: str, vocab: int, tokens: int) -> str:
+    """The refusal of a text whose tokenizer has more token ids than the model's vocabulary."""
+    return (
+        f"{source} predicts {vocab} token ids but the text's tokenizer has {tokens}: give the "
+        "model's own tokenizer (an --hf-model folder with tokenizer files) or a model with a "
+        "larger vocabulary"
+    )
+
+
+def _token_table_size(model) -> int | None:
+    """The rows of a model's first embedding table (its vocabulary), or ``None``."""
+    from torch import nn
+
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            return int(module.num_embeddings)
+    return None
+
+
 def check_data_fits(model, data, source: str) -> None:
     """One batch forward of two test examples, checked against the data's task
     (``data.task_spec``): a one-line ``LmcError`` if the data's shape does not fit the model,
@@ -357,6 +409,9 @@ def check_data_fits(model, data, source: str) -> None:
     except LmcError:
         raise
     except Exception as exc:
+        vocab = _token_table_size(model) if task.target_axes > 1 else None
+        if vocab is not None and data.num_classes > vocab:
+            raise LmcError(_vocabulary_message(source, vocab, data.num_classes)) from exc
         message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise LmcError(
             f"data of shape {shape} ({data.name}) does not fit {source}: {message}"
@@ -378,11 +433,7 @@ def check_data_fits(model, data, source: str) -> None:
                 f"of shape {tuple(out.shape)}, not {task.name} logits (2, T, V)"
             )
         if out.shape[-1] < data.num_classes:
-            raise LmcError(
-                f"{source} predicts {out.shape[-1]} token ids but the text's tokenizer has "
-                f"{data.num_classes}: give the model's own tokenizer (an --hf-model folder "
-                "with tokenizer files) or a model with a larger vocabulary"
-            )
+            raise LmcError(_vocabulary_message(source, out.shape[-1], data.num_classes))
         return
     if not fits:
         raise LmcError(
@@ -419,7 +470,6 @@ def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
                           run_a.config["dataset"], runs=(run_a, run_b))  # fmt: skip
     from pathlib import Path
 
-    from lmc.models import check_same_architecture
     from lmc.models.factory import load_factory, load_hf_folder, load_weights
 
     if args.model_factory and args.hf_model:
@@ -430,7 +480,8 @@ def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
     if not getattr(args, "data", None):
         raise LmcError(
             "--data is needed with --model-factory/--hf-model: a zoo dataset name (digits, "
-            "mnist, ...) or a .npz/.safetensors file holding x and y"
+            "mnist, ...), a .npz/.safetensors file holding x and y, or a UTF-8 text file "
+            "(.txt) for a language model"
         )
     quiet = bool(getattr(args, "quiet", False))
     if args.model_factory:
@@ -445,7 +496,7 @@ def load_inputs(args: argparse.Namespace, verb: str) -> PairInputs:
     model_a = load_weights(make(), args.run_a, source=source)
     model_b = load_weights(make_b(), args.run_b, source=source_b)
     if not getattr(args, "widen", False):
-        check_same_architecture(model_a, model_b, names=("A", "B"))
+        check_pair_architecture(model_a, model_b, ("A", "B"), args)
     model_a, model_b = model_a.to(device).eval(), model_b.to(device).eval()
     data = load_user_dataset(args.data, args, device, model_a)
     check_data_fits(model_a, data, source)

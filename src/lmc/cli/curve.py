@@ -116,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
         else Path("curves") / f"{pair.name_a}__{pair.name_b}__{curve.kind}{suffix}"
     )
     check_output_place(out, replaces=OUTPUT_MARKS)  # before the work, not after it
+    checkpoints = getattr(args, "checkpoint_dir", None)
+    if checkpoints is not None and Path(checkpoints).exists() and not Path(checkpoints).is_dir():
+        raise LmcError(f"--checkpoint-dir {checkpoints} is a file; give a folder")
     store, describe = None, {}
     if pair.runs is not None:
         run_a, run_b = pair.runs
@@ -130,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
             "dataset": config.get("dataset"),
             "dataset_options": config.get("dataset_options"),
         }
+        if any(r.config.get("form") == "canonical" for r in (run_a, run_b)):
+            # a canonical-form endpoint: the pair is measured (and θ_C stored) in that form
+            describe["form"] = "canonical"
     else:
         describe = {
             "a": {"name": str(args.run_a)},

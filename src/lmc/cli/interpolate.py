@@ -140,7 +140,14 @@ def parse_lambdas(text: str) -> int | list[float]:
 
 def settings_from_args(args: argparse.Namespace):
     """The :class:`lmc.pair.PairSettings` of the flags (the sweep builds the same object)."""
+    from lmc.config import LmcError
     from lmc.pair import PairSettings, PathSettings
+
+    if getattr(args, "align_examples", 0) is not None and args.align_examples < 0:
+        raise LmcError(
+            f"--align-examples must be at least 0 (0 = the whole training split), got "
+            f"{args.align_examples}"
+        )
 
     path = PathSettings(
         lambdas=parse_lambdas(args.lambdas),

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import importlib.util
 import sys
+import warnings
 from collections.abc import Iterable, Sequence
 
 from lmc import __version__
@@ -101,6 +102,39 @@ def named_verb(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+#: the message prefix of the notes lmc's symmetry tracer (:mod:`lmc.perm.trace`) leaves as
+#: plain ``UserWarning``s (e.g. a position-dependent map on attention heads), silenced by --quiet
+TRACER_NOTE = r"lmc\.perm: "
+
+
+def _clean_warnings(verb: str, quiet: bool) -> None:
+    """How a verb shows warnings: lmc's own (:class:`lmc.config.LmcWarning`) as one line each,
+    ``lmc VERB: warning: ...``, without file and source line, once per process; under
+    ``--quiet`` the tracer's notes (:data:`TRACER_NOTE`) are not shown. Any other warning is
+    shown as before. Call inside ``warnings.catch_warnings()``."""
+    shown: set[str] = set()
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        from lmc.config import LmcWarning  # imported by whatever warned
+
+        if not issubclass(category, LmcWarning):
+            return previous(message, category, filename, lineno, file, line)
+        text = " ".join(str(message).split())
+        if text in shown:
+            return None
+        shown.add(text)
+        try:
+            print(f"lmc {verb}: warning: {text}", file=file or sys.stderr)
+        except OSError:  # a closed stderr: nothing to do
+            pass
+        return None
+
+    warnings.showwarning = show
+    if quiet:
+        warnings.filterwarnings("ignore", message=TRACER_NOTE, category=UserWarning)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     verb = named_verb(argv)
@@ -119,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings():  # the hooks below last as long as the verb
+            _clean_warnings(args.verb, bool(getattr(args, "quiet", False)))
+            return int(args.handler(args) or 0)
     except OSError as exc:  # a read-only folder, a full disk, ...: one line naming the path
         where = f" {exc.filename}" if exc.filename else ""
         print(f"lmc {args.verb}: error: cannot write or read{where}: {exc.strerror or exc}",

@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=0,
+        default=None,
         help="beyond permutations: after aligning onto RUN 1, this many rounds re-aligning "
         "each model onto the mean of the others (default 0)",
     )
@@ -95,16 +95,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=0, help="seed of the model order and of the alignment"
     )
     parser.add_argument(
-        "--max-rounds", type=int, default=100, help="most rounds of the iterative alignment"
+        "--max-rounds",
+        type=int,
+        default=None,
+        help="--align weight: most rounds of the iterative alignment (default 100)",
     )
     parser.add_argument(
-        "--max-iter", type=int, default=100, help="most coordinate-descent passes per matching"
+        "--max-iter",
+        type=int,
+        default=None,
+        help="--align weight: most coordinate-descent passes per matching (default 100)",
     )
     parser.add_argument(
         "--tol",
         type=float,
-        default=1e-4,
-        help="weight matching stops after a pass gaining at most this fraction (0: no step)",
+        default=None,
+        help="--align weight: weight matching stops after a pass gaining at most this fraction "
+        "(0: no step; default 1e-4)",
     )
     parser.add_argument(
         "--bn",
@@ -126,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from .method_flags import given_settings
 
     given = given_settings(args, args.align)  # a flag of another method is an error
+    _check_path_flags(args)
     # the settings are checked before any run is read
     merge_settings(
         args.align,
@@ -147,6 +155,39 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     _report(args, merged.record, merged.path, merged.reused)
     return 0
+
+
+#: ``lmc merge``'s own flags that only one kind of merge reads, and their defaults
+WEIGHT_FLAGS = {"max_rounds": 100, "max_iter": 100, "tol": 1e-4}
+CANONICAL_FLAGS = {"rounds": 0}
+
+
+def _check_path_flags(args: argparse.Namespace) -> None:
+    """Refuse, in one line, a flag the asked-for merge does not read (``--max-rounds``,
+    ``--max-iter``, ``--tol``: ``--align weight`` only; ``--rounds``: the canonical methods
+    only), as ``lmc interpolate`` refuses another method's settings; then fill the defaults."""
+    from lmc.config import LmcError
+    from lmc.perm.methods import all_methods, get_method, method_names
+
+    if args.align not in method_names():
+        return  # merge_settings names the choices
+    canonical = get_method(args.align).canonical
+    for dest, default in (*WEIGHT_FLAGS.items(), *CANONICAL_FLAGS.items()):
+        value = getattr(args, dest)
+        flag = "--" + dest.replace("_", "-")
+        if value is None:
+            setattr(args, dest, default)
+        elif dest in WEIGHT_FLAGS and args.align != "weight":
+            raise LmcError(
+                f"{flag} is a setting of --align weight (the iterative merge-many), but the "
+                f"method asked for is {args.align!r}: drop it or ask for weight"
+            )
+        elif dest in CANONICAL_FLAGS and not canonical:
+            names = ", ".join(m.name for m in all_methods() if m.canonical)
+            raise LmcError(
+                f"{flag} re-aligns canonical forms ({names}), but the method asked for is "
+                f"{args.align!r}: drop it or ask for one of those"
+            )
 
 
 def _report(args: argparse.Namespace, record: dict[str, Any], path: Path, reused: bool) -> None:

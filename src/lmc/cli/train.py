@@ -23,7 +23,7 @@ from lmc.data import ALL_DATASETS, TEXT_DATASETS, canonical_name
 from lmc.data.text import DEFAULT_CONTEXT
 from lmc.models import MODELS, get_model
 from lmc.models.registry import flag_options, option_summary, width_summary
-from lmc.store import RunStore, default_runs_dir, load_run
+from lmc.store import RunStore, default_runs_dir
 from lmc.train import (
     OPTIMIZERS,
     PRECISIONS,
@@ -44,6 +44,7 @@ from .common import (
     dataset_for_config,
     device_from,
     emit_json,
+    resolve_run,
 )
 
 DEFAULTS = TrainSettings()
@@ -283,7 +284,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--spawn-from",
         default=None,
         metavar="RUN",
-        help="spawn: start from this run's state after --spawn-epoch epochs "
+        help="spawn: start from this run's state (a run folder, or its name in --runs-dir) "
+        "after --spawn-epoch epochs "
         "(re-created deterministically) and continue with --data-seed; "
         "the recipe is the parent's",
     )
@@ -370,7 +372,8 @@ def config_from_args(args: argparse.Namespace, data=None) -> dict:
     if args.spawn_from is not None:
         if args.spawn_epoch is None:
             raise LmcError("--spawn-from needs --spawn-epoch K")
-        return spawn_config(load_run(args.spawn_from), args.spawn_epoch, data_seed)
+        parent = resolve_run(args.spawn_from, args.runs_dir)  # a folder or a name in the store
+        return spawn_config(parent, args.spawn_epoch, data_seed)
     if args.spawn_epoch is not None:
         raise LmcError("--spawn-epoch needs --spawn-from RUN")
     recipe = dict(

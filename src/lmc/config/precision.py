@@ -350,8 +350,20 @@ def _times(factor: float) -> str:
     return f"{factor:.0f}x" if factor >= 10 else f"{factor:.1f}x"
 
 
-def slow_bf16_message(support: Bf16Support) -> str:
-    """The warning for a bf16 request on ``support``'s device (:attr:`Bf16Support.slow`)."""
+#: What a training run's bf16 warning offers instead (:func:`slow_bf16_message`'s default).
+TRAINING_FP32 = (
+    'lmc train --precision fp32, or precision = "fp32" in a study\'s [train]',
+    "trains in float32 at full speed, but it is a different run: another config hash, and "
+    "other weights than the bf16 run's. Precision auto picks fp32 on this device",
+)
+
+
+def slow_bf16_message(support: Bf16Support, fp32: tuple[str, str] | None = None) -> str:
+    """The warning for a bf16 request on ``support``'s device (:attr:`Bf16Support.slow`).
+    ``fp32``: ``(the setting that asks for float32 where the warning was raised, what it
+    does)``, e.g. ``("--learned-precision fp32 (learned_precision in a study)", "runs the
+    learned alignment's steps in float32 at full speed")``; default a training run's
+    (:data:`TRAINING_FP32`: ``lmc train --precision fp32``, another run)."""
     if support.speedup is None:
         measured = "bfloat16 is emulated there, which can be hundreds of times slower"
     elif support.speedup < 1:
@@ -364,31 +376,37 @@ def slow_bf16_message(support: Bf16Support) -> str:
             f"bfloat16 is emulated there (a bfloat16 matrix product measured "
             f"{_times(support.speedup)} the float32 speed; other operations may be far slower)"
         )
+    setting, effect = fp32 or TRAINING_FP32
     return (
-        f"precision bf16 on {support.describe()}: {measured}. Precision fp32 (lmc train "
-        '--precision fp32, or precision = "fp32" in a study\'s [train]) trains in float32 at '
-        "full speed, but it is a different run: another config hash, and other weights than "
-        "the bf16 run's. Precision auto picks fp32 on this device"
+        f"precision bf16 on {support.describe()}: {measured}. Precision fp32 ({setting}) {effect}"
     )
 
 
-def warn_slow_bf16(support: Bf16Support) -> bool:
+def warn_slow_bf16(support: Bf16Support, fp32: tuple[str, str] | None = None) -> bool:
     """Warn (:class:`lmc.config.LmcWarning`) that bf16 is emulated or slower on ``support``'s
     device, once per process and device type (and not in worker processes started after the
-    warning); returns whether it warned."""
+    warning); returns whether it warned. ``fp32``: what to use instead where it was raised
+    (:func:`slow_bf16_message`; default a training run's)."""
     if not support.slow:
         return False
     warned = set(filter(None, os.environ.get(_WARNED_ENV, "").split(",")))
     if support.device in warned:
         return False
     os.environ[_WARNED_ENV] = ",".join(sorted(warned | {support.device}))
-    warnings.warn(slow_bf16_message(support), LmcWarning, stacklevel=3)
+    warnings.warn(slow_bf16_message(support, fp32), LmcWarning, stacklevel=3)
     return True
 
 
-def resolve_precision(precision: str, device: str | torch.device | None = None) -> str:
+def resolve_precision(
+    precision: str,
+    device: str | torch.device | None = None,
+    *,
+    fp32: tuple[str, str] | None = None,
+) -> str:
     """``fp32`` or ``bf16``: the precision a run of setting ``precision`` trains in on
     ``device`` (default: the training device, :func:`training_device`, else the CPU).
+    ``fp32``: the float32 alternative the slow-bf16 warning names (:func:`slow_bf16_message`;
+    default a training run's).
 
     ``fp32`` stays ``fp32``. ``auto`` is ``$LMC_AUTO_PRECISION`` when set, else
     :attr:`Bf16Support.auto` (bf16 only where native and measured faster; fp32 on devices
@@ -414,5 +432,5 @@ def resolve_precision(precision: str, device: str | torch.device | None = None) 
     if precision == "auto":
         support = bf16_support(device, measure=False)
         return support.auto if not support.native else bf16_support(device).auto
-    warn_slow_bf16(bf16_support(device))
+    warn_slow_bf16(bf16_support(device), fp32)
     return precision

@@ -69,6 +69,7 @@ def load_study(path_or_name: str | os.PathLike) -> tuple[dict[str, Any], str]:
     Returns ``(resolved study, TOML text)``.
     """
     path = Path(path_or_name)
+    packaged = None
     if not path.exists():
         packaged = recipe_path(str(path_or_name))
         if packaged is None:
@@ -81,7 +82,44 @@ def load_study(path_or_name: str | os.PathLike) -> tuple[dict[str, Any], str]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LmcError(f"{path} is not valid TOML: {exc}") from exc
+    if packaged is None:  # a packaged recipe's relative paths are the current folder's
+        raw = paths_beside(raw, path.parent)
     return resolve_file(raw, str(path)), text
+
+
+def paths_beside(raw: dict[str, Any], folder: str | os.PathLike) -> dict[str, Any]:
+    """``raw`` (a parsed study) with each relative file option of its data
+    (:data:`lmc.data.text.PATH_OPTIONS`: a text's ``path``, a ``tokenizer`` folder; in
+    ``[data] options`` and in every ``[[variants]]``' own) read from ``folder``, the study
+    file's folder: rewritten relative to the current folder (absolute when ``folder`` is on
+    another drive). A study in the current folder is returned unchanged, so its runs' configs
+    (which keep the paths as given) are the same as before; ``~`` and absolute paths and
+    tokenizer names (``char``, ...) stay as given."""
+    from lmc.data.text import PATH_OPTIONS, TOKENIZERS
+
+    base = Path(folder).resolve()
+    if base == Path.cwd().resolve():
+        return raw
+    out = copy.deepcopy(raw)
+    tables = [out.get("data")] + [
+        v.get("data") for v in out.get("variants") or [] if isinstance(v, dict)
+    ]
+    for table in tables:
+        options = table.get("options") if isinstance(table, dict) else None
+        if not isinstance(options, dict):
+            continue
+        for key in PATH_OPTIONS:
+            value = options.get(key)
+            if not isinstance(value, str) or value == "" or value.startswith("~"):
+                continue
+            if os.path.isabs(value) or (key == "tokenizer" and value in TOKENIZERS):
+                continue
+            target = base / value
+            try:
+                options[key] = os.path.relpath(target)
+            except ValueError:  # another drive (Windows): no relative form
+                options[key] = str(target)
+    return out
 
 
 def resolve_file(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:

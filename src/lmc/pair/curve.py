@@ -116,6 +116,7 @@ def pair_curve_config(
     model_options: Mapping[str, Any] | None = None,
     dataset: str | None = None,
     dataset_options: Mapping[str, Any] | None = None,
+    form: str | None = None,
 ) -> dict[str, Any]:
     """The config of the control point of a curve between ``pair``'s endpoints
     (:func:`lmc.merge.curve_config`): the endpoints' records ``a`` and ``b`` (e.g.
@@ -123,7 +124,9 @@ def pair_curve_config(
     the digest of each state as measured (``state_sha256``: B as aligned to A, so
     :func:`lmc.merge.load_curve` refuses other weights) and B's alignment (``align``, its
     settings and seed, ``widen``). ``model``/``model_options``: the zoo architecture of the
-    measured models (``None`` when they are not, e.g. canonical forms)."""
+    measured models (``None`` when they are not zoo models); ``form``: ``"canonical"`` when
+    the measured models are the canonical form of that architecture (the config gets
+    ``"form"``, as a canonical-form merge's has; :func:`same_architecture`)."""
     from lmc.merge import curve_config
     from lmc.merge.curves import state_digest
 
@@ -139,10 +142,15 @@ def pair_curve_config(
         "widen": ps.widen,
         "state_sha256": state_digest(state_b),
     }
-    return curve_config(
+    config = curve_config(
         settings, a=record_a, b=record_b, task=task, model=model, model_options=model_options,
         dataset=dataset, dataset_options=dataset_options,
     )  # fmt: skip
+    if form is not None:
+        from lmc.merge.many import FORM_KEY
+
+        config[FORM_KEY] = form
+    return config
 
 
 def fit_pair_curve(
@@ -242,7 +250,8 @@ def curve_pair(
     and calibration, ...) then :func:`fit_pair_curve` (``curve``: how θ_C is trained, its
     ``kind`` set to ``kind``; ``store``, ``describe``, ``plane`` as there). When the pair is
     measured in another form than the given models' (canonical forms of ``orthogonal``, a
-    widened pair), the config's ``model`` is left unset. Neither model is changed."""
+    widened pair), the config names that form (:func:`same_architecture`). Neither model is
+    changed."""
     kind = get_path_kind(kind).name
     settings = settings or PairSettings()
     if settings.baseline_only:
@@ -260,11 +269,31 @@ def curve_pair(
 def same_architecture(
     pair: PairResult, model_a: Any, describe: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """``describe`` with ``model``/``model_options`` unset when ``pair`` was measured between
-    other models than ``model_a``'s architecture (canonical or widened forms)."""
+    """``describe`` naming the architecture ``pair`` was measured in, so that the stored
+    control point loads (:func:`lmc.merge.many.build_run_model`): when the pair was measured
+    between other models than ``model_a`` (a canonical alignment's canonical forms, a widened
+    pair), a zoo model's ``model``/``model_options`` become the measured model's (the wider
+    run's for a widened pair) with ``"form": "canonical"``; a model outside the zoo leaves
+    ``model``/``model_options`` unset. An endpoint already in the canonical form keeps the
+    ``form`` its describe gives (``lmc curve`` passes a canonical-form run's)."""
     out = dict(describe or {})
-    if pair.models is not None and pair.models[0] is not model_a:
+    if pair.models is None or pair.models[0] is model_a:
+        return out
+    from lmc.merge.many import CANONICAL_FORM
+    from lmc.perm.canonical import is_canonical, unwrap
+
+    measured = pair.models[0]
+    spec = getattr(unwrap(measured)[0], "lmc_spec", None) or getattr(measured, "lmc_spec", None)
+    if out.get("model") is None or not spec:
         out.update(model=None, model_options=None)
+        return out
+    out.update(model=spec["name"], model_options=dict(spec["options"]))
+    try:
+        canonical = is_canonical(measured)
+    except LmcError:  # no stream layout to read: the measured model as it is
+        canonical = False
+    if canonical:
+        out["form"] = CANONICAL_FORM
     return out
 
 

@@ -27,6 +27,7 @@ one is reused. A permutation of each input is saved as ``perms.safetensors`` (ke
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -216,6 +217,23 @@ def _anchored_merge(settings, given, models, data, seed, quiet):
     return average(states), info, _alignment_files(alignments)
 
 
+def build_run_models(runs: Sequence[Run], device: str | torch.device = "cpu") -> list[nn.Module]:
+    """The models of stored ``runs`` with their weights, in eval mode on ``device``
+    (:func:`lmc.merge.many.build_run_model`: a canonical-form run in its canonical form). When
+    some runs are canonical-form and others are not, the others are put in their canonical
+    form too (:func:`lmc.perm.canonicalize`: the same function, other parameters), so that
+    all are compared, aligned and merged in one form."""
+    from lmc.merge.many import build_run_model
+
+    models = [build_run_model(r, device) for r in runs]
+    canonical = [r.config.get(FORM_KEY) == CANONICAL_FORM for r in runs]
+    if any(canonical) and not all(canonical):
+        from lmc.perm import canonicalize
+
+        models = [m if c else canonicalize(m).eval() for m, c in zip(models, canonical)]
+    return models
+
+
 def _run(run: Run | str | os.PathLike) -> Run:
     from lmc.store import load_run
 
@@ -255,10 +273,12 @@ def merge_runs(
     runs = [_run(r) for r in runs]
     check_runs(runs)
     canonical = get_method(align).canonical
+    # canonical-form inputs (earlier merges beyond permutations) are merged in that form
+    in_form = canonical or any(r.config.get(FORM_KEY) == CANONICAL_FORM for r in runs)
     config = {
         **runs[0].config,
         "kind": "merged",
-        **({FORM_KEY: CANONICAL_FORM} if canonical else {}),
+        **({FORM_KEY: CANONICAL_FORM} if in_form else {}),
         "merge": {**settings, "runs": [r.name for r in runs]},
     }
     store = RunStore(runs_dir)
@@ -271,7 +291,7 @@ def merge_runs(
         return _finish(existing.metrics["merge"], existing.path, True, summary_dir)
 
     device = resolve_device(device)
-    models = [r.build_model(device) for r in runs]
+    models = build_run_models(runs, device)
     for i, m in enumerate(models[1:], start=2):
         check_same_architecture(models[0], m, names=("RUN 1", f"RUN {i}"), purpose="merging")
     data = load_run_data(runs[0], data_dir=data_dir, device=device, download=download)
@@ -296,7 +316,7 @@ def merge_runs(
     else:
         state, info, files = _anchored_merge(settings, given, models, data, seed, quiet)
     if merged is None:
-        merged = runs[0].build_model(device)
+        merged = copy.deepcopy(models[0])  # the inputs' (common) form and architecture
         merged.load_state_dict(state)
     bn_mode = resolve_bn_mode(merged, settings["bn"])
     if bn_mode == "reset":
@@ -364,6 +384,7 @@ __all__ = [
     "PERMS_FILE",
     "SUMMARY_FILE",
     "MergedRun",
+    "build_run_models",
     "check_runs",
     "evaluate_merge",
     "merge_runs",

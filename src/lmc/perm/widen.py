@@ -63,6 +63,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: what the refusals of a model widening cannot handle add (e.g. rotary heads: zoo llama)
+_SUPPORTED = (
+    "widening supports zoo gpt and vit and Hugging Face GPT-2 and ViT (not rotary-position "
+    "heads such as llama's); pair models of one width without --widen"
+)
+
 #: zoo gpt options that must agree for one model to be written into the other
 SAME_OPTIONS = ("vocab", "context", "depth", "activation", "bias")
 
@@ -188,11 +194,16 @@ def _axis_map(
             )
         return torch.arange(sizes[0]), torch.ones(sizes[0], dtype=torch.float64)
     if len(entry_n) != len(entry_w):
-        raise LmcError(f"widening: {name!r} axis {axis} is laid out differently in the models")
+        raise LmcError(
+            f"widening: {name!r} axis {axis} is laid out differently in the models; {_SUPPORTED}"
+        )
     index, scale, off_w = [], [], 0
     for k, (seg_n, seg_w) in enumerate(zip(entry_n, entry_w, strict=True)):
         if seg_n.perm != seg_w.perm or seg_n.repeat != seg_w.repeat:
-            raise LmcError(f"widening: {name!r} axis {axis} is laid out differently")
+            raise LmcError(
+                f"widening: {name!r} axis {axis} is laid out differently in the models; "
+                f"{_SUPPORTED}"
+            )
         if seg_n.perm is None:
             if seg_n.extent != seg_w.extent:
                 raise LmcError(f"widening: {name!r} axis {axis}: a fixed part differs in size")

@@ -162,17 +162,59 @@ class Run:
             raise DamagedRunError(path, f"not a whole safetensors file ({exc})") from exc
 
     def build_model(self, device: str | torch.device = "cpu") -> nn.Module:
-        """The architecture from the config with the stored weights loaded, in eval mode."""
+        """The architecture from the config with the stored weights loaded, in eval mode.
+
+        A canonical-form run (config ``"form": "canonical"``: a merge beyond permutations, a
+        curve fitted in the canonical form) is the canonical form of the config's model
+        (:func:`lmc.merge.many.build_run_model`). A config that names no zoo model (``model``
+        null) is a one-line ``LmcError``."""
         from lmc.models import build
 
-        model = build(self.config["model"], **self.config["model_options"])
+        model_name, options = self.config.get("model"), self.config.get("model_options")
+        if model_name is None or not isinstance(options, dict):
+            raise LmcError(
+                f"{self.path} names no zoo model in its config (model is null): it cannot be "
+                "loaded as a model; if it is a curve's control point stored by an older lmc, "
+                "delete it and fit the curve again"
+            )
+        architecture = build(model_name, **options)
         state = self.state_dict(device="cpu")
+        if self.config.get("form") == "canonical":
+            from lmc.merge.many import canonical_model
+
+            return canonical_model(architecture, state).to(device)
         try:
-            model.load_state_dict(state, strict=True)
+            architecture.load_state_dict(state, strict=True)
         except RuntimeError as exc:
-            first = str(exc).splitlines()[0]
-            raise LmcError(f"{self.path / MODEL_FILE} does not fit its config: {first}") from exc
-        return model.to(device).eval()
+            raise LmcError(_misfit_message(self.path, architecture, state, exc)) from exc
+        return architecture.to(device).eval()
+
+
+def _misfit_message(
+    path: Path, architecture: nn.Module, state: dict[str, torch.Tensor], exc: RuntimeError
+) -> str:
+    """One line saying why ``state`` does not load into ``architecture``: weights of the
+    model's canonical form under a config without ``"form": "canonical"`` (an older lmc's curve
+    between canonical-form runs) are said so; otherwise torch's reasons, joined into one line."""
+    try:
+        from lmc.merge.many import canonical_model
+
+        canonical_model(architecture, state)
+    except Exception:  # noqa: BLE001 - not the canonical form either: torch's reasons below
+        reasons = (
+            " ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
+            or str(exc).strip()
+        )
+        if len(reasons) > 300:
+            reasons = reasons[:297] + "..."
+        return (
+            f"{path / MODEL_FILE} does not fit its config (model {architecture.__class__.__name__}"
+            f"): {reasons}"
+        )
+    return (
+        f"{path / MODEL_FILE} holds the weights of its model's canonical form, but its config "
+        'lacks "form": "canonical" (stored by an older lmc): delete the run and make it again'
+    )
 
 
 class RunStore:
@@ -380,7 +422,9 @@ def load_run(run_dir: str | os.PathLike, *, verify: bool = False) -> Run:
     if manifest is None:
         if metrics.get("manifest"):
             raise DamagedRunError(
-                run_dir / MANIFEST_FILE, "missing (its metrics.json says one was written)"
+                run_dir / MANIFEST_FILE,
+                "missing (its metrics.json says one was written); re-run the command that "
+                "made the run (lmc train with the same flags retrains it) or delete the folder",
             )
         if metrics.get("status") == "finished" and str(run_dir) not in _WARNED_UNVERIFIED:
             _WARNED_UNVERIFIED.add(str(run_dir))

@@ -3,7 +3,8 @@
 :func:`verify_run` reports one run as
 - ``ok``: every file the manifest lists has its size and SHA-256, and the config hashes to
   the folder's name;
-- ``damaged``: something does not (``problems`` says which file, one line each);
+- ``damaged``: something does not (``problems`` says which file, one line each), or a store
+  run's config names no model (``None-…``, an older lmc's canonical-form curve): unloadable;
 - ``unverified``: a finished run written before lmc kept manifests; its weights still parse;
 - ``unfinished``: training has not finished (``lmc train`` resumes or retrains it).
 Nothing is written; the stat cache is neither read nor updated.
@@ -86,6 +87,13 @@ def _config_problems(run_dir: Path) -> list[str]:
         check_config_name(run_dir, config)
     except LmcError as exc:
         return [str(exc)]
+    if config.get("model") is None and run_dir.name.startswith("None-"):
+        # a store run named by a config without a model (an older lmc's curve fitted in the
+        # canonical form): every file may be whole, yet it cannot be loaded as a model
+        return [
+            f"{path} names no model (model is null): the run cannot be loaded; delete it and "
+            "make it again (lmc curve stores a canonical-form control point now)"
+        ]
     return []
 
 
