@@ -1,6 +1,6 @@
 """The width study on the offline digits dataset, end to end, with a report.
 
-Runs the packaged recipe lewc-digits-mlp (MLPs of widths 16 to 1024, two independent pairs per
+Runs the packaged recipe lewc-digits-mlp (MLPs of widths 16 to 1024, three independent pairs per
 width, plain averaging and weight matching, weight decay 3e-3 and 1e-4): trains the models,
 merges each pair along the linear path with temperature calibration, analyses every layer
 (LEWC, weak additivity, reciprocal orthogonality), and writes report.md and report.html with
