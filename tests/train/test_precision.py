@@ -161,28 +161,30 @@ def test_auto_on_a_cpu_without_native_bf16_trains_fp32_as_the_fp32_run(emulated,
 
 
 def test_a_bf16_request_on_an_emulating_cpu_warns_once_before_training(
-    emulated, monkeypatch, tmp_path
+    emulated, monkeypatch, tmp_path, capsys
 ):
     """Through ``lmc train``: the warning names the CPU, the measured slowdown and the fp32
-    alternative as another run, and is issued once, before the first training step."""
+    alternative as another run, and is printed once, as one line, before the first training
+    step (the CLI shows lmc's warnings as ``lmc VERB: warning: ...``)."""
     import lmc.train.runs as runs_module
 
-    real_fit, at_fit = runs_module.fit, []
+    real_fit, err_at_fit = runs_module.fit, []
 
     def spy(*args, **kwargs):
-        at_fit.append(_bf16_warnings(caught))
+        err_at_fit.append(capsys.readouterr().err)
         return real_fit(*args, **kwargs)
 
     monkeypatch.setattr(runs_module, "fit", spy)
     argv = ["train", "--dataset", "digits", "--model", "mlp", "--width", "8", "--depth", "2",
             "--epochs", "1", "--precision", "bf16", "--device", "cpu", "--quiet",
             "--runs-dir", str(tmp_path / "runs")]  # fmt: skip
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert main(argv) == 0
-    messages = _bf16_warnings(caught)
-    assert len(messages) == 1 and at_fit == [messages]  # once, and before training
-    message = messages[0]
+    assert main(argv) == 0
+    after = capsys.readouterr().err
+    (before,) = err_at_fit
+    lines = [line for line in before.splitlines() if "precision bf16" in line]
+    assert len(lines) == 1 and lines[0].startswith("lmc train: warning: ")  # once, before fit
+    assert "precision bf16" not in after
+    message = lines[0]
     assert "AVX2" in message and "emulated" in message
     assert "250x slower" in message
     assert "--precision fp32" in message and "different run" in message

@@ -29,6 +29,7 @@ from torch import nn
 
 from lmc.config import LmcError
 from lmc.models.compare import check_same_architecture
+from lmc.store import register_run_form
 
 from .interpolate import StateDict, average
 
@@ -450,6 +451,7 @@ def canonical_model(
 #: (``lmc merge --align orthogonal|learned|...``): its architecture is
 #: :func:`canonical_model` of the config's model.
 FORM_KEY, CANONICAL_FORM = "form", "canonical"
+register_run_form(CANONICAL_FORM, canonical_model)  # lmc.store.Run.build_model loads them
 
 
 def build_run_model(run: Any, device: str | torch.device = "cpu") -> nn.Module:

@@ -20,17 +20,21 @@ from .runs import (
     CONFIG_FILE,
     METRICS_FILE,
     MODEL_FILE,
+    RUN_FORMS,
     Run,
     RunStore,
     default_runs_dir,
     is_finished,
     load_run,
+    register_run_form,
     run_name,
 )
 from .verify import STATUSES, RunCheck, run_folders, verify_run
 
 __all__ = [
     "CONFIG_FILE",
+    "RUN_FORMS",
+    "register_run_form",
     "DamagedRunError",
     "MANIFEST_FILE",
     "METRICS_FILE",

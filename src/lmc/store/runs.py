@@ -166,7 +166,8 @@ class Run:
 
         A canonical-form run (config ``"form": "canonical"``: a merge beyond permutations, a
         curve fitted in the canonical form) is the canonical form of the config's model
-        (:func:`lmc.merge.many.build_run_model`). A config that names no zoo model (``model``
+        (:func:`lmc.merge.many.build_run_model`; built by the form's registered builder,
+        :data:`RUN_FORMS`). A config that names no zoo model (``model``
         null) is a one-line ``LmcError``."""
         from lmc.models import build
 
@@ -179,10 +180,15 @@ class Run:
             )
         architecture = build(model_name, **options)
         state = self.state_dict(device="cpu")
-        if self.config.get("form") == "canonical":
-            from lmc.merge.many import canonical_model
-
-            return canonical_model(architecture, state).to(device)
+        form = self.config.get("form")
+        if form is not None:
+            if form not in RUN_FORMS:
+                raise LmcError(
+                    f"{self.path} is stored in the {form} form, which nothing in this process "
+                    "has registered: import lmc.merge first (or load it with "
+                    "lmc.merge.many.build_run_model)"
+                )
+            return RUN_FORMS[form](architecture, state).to(device).eval()
         try:
             architecture.load_state_dict(state, strict=True)
         except RuntimeError as exc:
@@ -197,9 +203,9 @@ def _misfit_message(
     model's canonical form under a config without ``"form": "canonical"`` (an older lmc's curve
     between canonical-form runs) are said so; otherwise torch's reasons, joined into one line."""
     try:
-        from lmc.merge.many import canonical_model
-
-        canonical_model(architecture, state)
+        if "canonical" not in RUN_FORMS:
+            raise LookupError("the canonical form is not registered")
+        RUN_FORMS["canonical"](architecture, state)
     except Exception:  # noqa: BLE001 - not the canonical form either: torch's reasons below
         reasons = (
             " ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
@@ -215,6 +221,20 @@ def _misfit_message(
         f"{path / MODEL_FILE} holds the weights of its model's canonical form, but its config "
         'lacks "form": "canonical" (stored by an older lmc): delete the run and make it again'
     )
+
+
+#: How a run stored in another form than its config's architecture is built: form name ->
+#: ``builder(architecture, state) -> nn.Module`` (:func:`register_run_form`). ``lmc.merge``
+#: registers ``canonical`` (merges beyond permutations, curves fitted in the canonical form), so
+#: the store, which comes before it in the pipeline, never imports it.
+RUN_FORMS: dict[str, Any] = {}
+
+
+def register_run_form(form: str, builder: Any) -> None:
+    """Make runs whose config says ``"form": form`` load through ``builder(architecture,
+    state)`` (the config's zoo model with fresh weights, the stored state) in
+    :meth:`Run.build_model`."""
+    RUN_FORMS[form] = builder
 
 
 class RunStore:
