@@ -29,23 +29,44 @@ B's function is kept exactly (qᵀk = (R q)ᵀ(R⁻ᵀ k); :mod:`lmc.perm.transf
 At every step λ is drawn
 (``lambdas = "uniform"``: U(0, 1), a fresh draw per step; ``"midpoint"``: λ = ½), and the task's
 loss (:mod:`lmc.data.tasks`) of θ(λ) = (1 − λ)θ_A + λ R(B₁) on a training batch takes an Adam
-step on every S_g. Floating buffers are interpolated with the same λ; the model runs in eval
-mode (transformers have no BatchNorm).
+step on every S_g. With ``lambda_batch = k`` > 1 each step takes k values of λ, stratified
+(λ_i = (i + u_i)/k, u_i ~ U(0, 1), i = 0 … k − 1; all ½ for ``"midpoint"``), splits the batch
+into k slices of near-equal size, slice i evaluated at θ(λ_i), and steps on the mean of the k
+losses weighted by slice size (one backward through one rotation of B₁): the same examples
+per step, a lower-variance estimate of the loss averaged over the path. The learning rate is
+``lr`` throughout (``schedule = "constant"``) or follows a half cosine from ``lr`` to 0 over
+``steps`` (``"cosine"``). With ``precision = "bf16"`` the steps' forward passes run under
+bfloat16 autocast (``"auto"``: where bfloat16 is native and measured faster,
+:func:`lmc.config.precision.resolve_precision`; a result then depends on the machine); the
+skew parameters, the maps, the held-out judgement and the result stay in float32/float64, so
+B's function is kept exactly whatever the precision. Floating buffers are interpolated with
+the same λ; the model runs in eval mode (transformers have no BatchNorm).
 
 The map kept is the best seen by the midpoint's loss on a fixed held-out slice of the examples
 (the last ``holdout`` of them, never used for the steps), judged at the start (the closed
 form), every ``eval_every`` steps and at the end: the result is never worse than the closed form
-on that criterion. The alignment returned is T₀ followed by R (one transform per group).
+on that criterion. With ``patience = p`` > 0 the steps stop early once p judgements in a row have
+not improved on the best. The alignment returned is T₀ followed by R (one transform per group).
+
+Cost (issue 42 item 5; ``benchmarks/learned_alignment.py --profile``): at GPT width 256 on a
+CPU the steps' forward and backward passes take about 85 % of the earlier settings' time, the
+held-out judgements about 10 %, the matrix exponentials, applying the maps to B₁ and the Adam
+updates a few percent together. The defaults are the earlier settings (200 steps of batch 64
+at a constant 0.01, one λ per step, 10 judgements); the fast settings measured against them
+(100 steps of batch 16 on a cosine schedule from 0.01, four λ per step, 2 judgements:
+``benchmarks/learned_alignment.py``'s ``FAST``) read a quarter of the examples.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.profiler import record_function
 
 from lmc.config import LmcError, progress
 from lmc.data.tasks import Task, get_task
@@ -62,6 +83,10 @@ from .within_heads import member_index
 LAMBDA_SAMPLING = ("uniform", "midpoint")
 #: The maps learned within heads (module docstring).
 HEAD_MAPS = ("orthogonal", "invertible")
+#: The learning-rate schedules over the steps (module docstring).
+SCHEDULES = ("constant", "cosine")
+#: The precisions of the steps' forward passes (module docstring).
+STEP_PRECISIONS = ("fp32", "bf16", "auto")
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,8 +97,10 @@ class LearnedAlignmentResult:
     ``learned_groups``: the groups R acts on; ``initial_loss``: the held-out midpoint loss at
     the closed form; ``best_loss`` / ``best_step``: the kept map's (step 0: the closed form);
     ``train_losses``: the sampled path point's training loss at every step; ``holdout``:
-    held-out examples; ``steps``; ``distance_from_closed_form``: per learned group, ‖R − I‖_F /
-    √(2n) of the kept R (0: the closed form unchanged).
+    held-out examples; ``steps``: the steps asked for; ``steps_taken``: those taken (fewer when
+    ``patience`` stopped early); ``distance_from_closed_form``: per learned group, ‖R − I‖_F /
+    √(2n) of the kept R (0: the closed form unchanged); ``precision``: what the steps' forward
+    passes ran in (``fp32`` or ``bf16``, ``auto`` resolved).
     """
 
     alignment: Alignment
@@ -86,6 +113,12 @@ class LearnedAlignmentResult:
     holdout: int
     steps: int
     distance_from_closed_form: dict[str, float]
+    steps_taken: int = -1
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.steps_taken < 0:
+            object.__setattr__(self, "steps_taken", len(self.train_losses))
 
 
 def learnable_groups(spec: SymmetrySpec, heads: bool = True) -> dict[str, int]:
@@ -195,10 +228,15 @@ def learned_alignment(
     lr: float = 1e-2,
     batch_size: int = 64,
     lambdas: str = "uniform",
+    lambda_batch: int = 1,
+    schedule: str = "constant",
     heads: bool = True,
     head_maps: str = "orthogonal",
     holdout: int | None = None,
+    evals: int = 10,
     eval_every: int | None = None,
+    patience: int = 0,
+    precision: str = "fp32",
     max_iter: int = 20,
     seed: int = 0,
     quiet: bool = True,
@@ -211,9 +249,14 @@ def learned_alignment(
     ``task``'s layout; the last ``holdout`` (default ``min(1024, N // 5)``) judge the kept map,
     the rest are drawn in batches of ``batch_size`` in an order fixed by ``seed`` (which also
     seeds the λ draws and the closed form's visiting order). ``steps`` Adam steps at ``lr`` on
-    the skew parameters; ``eval_every`` (default ``max(1, steps // 10)``); ``max_iter``: the
-    closed form's rounds; ``head_maps``: ``orthogonal`` or ``invertible`` maps within heads
-    (with ``heads``). ``model_a``'s training flags are restored.
+    the skew parameters, ``schedule`` ``constant`` or ``cosine``; ``lambda_batch`` values of λ
+    per step (the batch split among them in near-equal slices, each slice's loss weighted by its
+    size); ``eval_every``: steps between held-out judgements (``None``: ``max(1, steps //
+    evals)``); ``patience``: stop after that many held-out judgements in a row without
+    improvement (0: never); ``precision``: the steps' forward passes in
+    ``fp32``, ``bf16`` or ``auto``; ``max_iter``: the closed form's rounds; ``head_maps``:
+    ``orthogonal`` or ``invertible`` maps within heads (with ``heads``). ``model_a``'s training
+    flags are restored. The defaults are the earlier behaviour, exactly.
     """
     if not isinstance(spec, SymmetrySpec):
         raise LmcError("learned alignment needs a SymmetrySpec of the canonical model")
@@ -225,19 +268,34 @@ def learned_alignment(
         raise LmcError(f"lambdas must be one of {', '.join(LAMBDA_SAMPLING)}, got {lambdas!r}")
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise LmcError("learned alignment needs steps >= 0, batch_size >= 1 and lr > 0")
+    if schedule not in SCHEDULES:
+        raise LmcError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if precision not in STEP_PRECISIONS:
+        raise LmcError(f"precision must be one of {', '.join(STEP_PRECISIONS)}, got {precision!r}")
+    if not 1 <= lambda_batch <= batch_size:
+        raise LmcError(
+            f"lambda_batch must be between 1 and batch_size ({batch_size}), got {lambda_batch}: "
+            "each value of lambda takes a slice of the batch"
+        )
+    if patience < 0:
+        raise LmcError(f"patience must be at least 0 (0: never stop early), got {patience}")
     task = get_task(task)
     n = int(inputs.shape[0])
     if n < 2 or n != int(labels.shape[0]):
         raise LmcError(f"learned alignment needs at least 2 examples with labels, got {n}")
-    eval_every = max(1, steps // 10) if eval_every is None else max(1, int(eval_every))
+    if evals < 1:
+        raise LmcError(f"evals must be at least 1, got {evals}")
+    eval_every = max(1, steps // evals) if eval_every is None else max(1, int(eval_every))
     device = module_device(model_a)
     (x_train, y_train), (x_hold, y_hold) = holdout_split(inputs, labels, holdout, device)
+    precision = _step_precision(precision, device)
     holdout = len(x_hold)
 
     state_a = {k: v.detach() for k, v in model_a.state_dict().items()}
     state_b = {k: v.detach().to(device) for k, v in model_b.state_dict().items()}
-    closed = orthogonal_weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter)
-    b1 = closed.alignment.apply(spec, state_b)
+    with record_function("learned.closed_form"):
+        closed = orthogonal_weight_matching(spec, state_a, state_b, seed=seed, max_iter=max_iter)
+        b1 = closed.alignment.apply(spec, state_b)
     aliases = aliased_names(model_a)  # tied second names (functional_call)
     floating = {k for k, v in state_a.items() if v.is_floating_point()}
 
@@ -264,7 +322,13 @@ def learned_alignment(
     params = list(skews.values())
     fixed_scale = {g for g in planes if g not in invertible}  # rotations only: u stays 0
     optimizer = torch.optim.Adam(params, lr=lr)
+    scheduler = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, steps))
+        if schedule == "cosine"
+        else None
+    )
     gen = torch.Generator().manual_seed(int(seed))
+    autocast = _autocast(precision, device)
 
     def point(lam: float | torch.Tensor, rotations) -> dict[str, torch.Tensor]:
         b = _apply_rotations(spec, b1, rotations)
@@ -275,7 +339,7 @@ def learned_alignment(
         }
 
     def holdout_loss(rotations) -> float:
-        with torch.no_grad():
+        with torch.no_grad(), record_function("learned.holdout"):
             return float(task.loss(functional_call(model_a, point(0.5, rotations), (x_hold,)),
                                    y_hold))  # fmt: skip
 
@@ -284,32 +348,69 @@ def learned_alignment(
             {g: s.detach().double().cpu() for g, s in skews.items()}, invertible, planes
         )
 
+    def draw() -> list[float]:
+        if lambdas == "midpoint":
+            return [0.5] * lambda_batch
+        if lambda_batch == 1:  # the earlier draw, kept exactly
+            return [float(torch.rand((), generator=gen))]
+        u = torch.rand(lambda_batch, generator=gen, dtype=torch.float64)
+        return [(i + float(u[i])) / lambda_batch for i in range(lambda_batch)]
+
+    def path_loss(lams: list[float], rotations, idx: torch.Tensor) -> torch.Tensor:
+        """The mean over ``lams`` of the loss at θ(λ_i) on slice i of the batch ``idx``."""
+        with record_function("learned.apply_maps"):
+            b = _apply_rotations(spec, b1, rotations)  # once per step, shared by every λ
+        lams = lams[: len(idx)]  # fewer training examples than λ values: one λ per example
+        slices = idx.tensor_split(len(lams)) if len(lams) > 1 else (idx,)
+        total = 0.0
+        for lam, part in zip(lams, slices, strict=True):
+            state = {
+                k: (1 - lam) * v + lam * b[k] if k in floating else v
+                for k, v in state_a.items()
+                if k not in aliases
+            }
+            with autocast, record_function("learned.forward"):
+                out = functional_call(model_a, state, (x_train[part],))
+                part_loss = task.loss(out.float(), y_train[part])
+            total = total + part_loss * (len(part) / len(idx))
+        return total
+
     train_losses: list[float] = []
     with preserved_modes(model_a):
         model_a.eval()
         best = snapshot()
         best_loss = initial_loss = holdout_loss(best)
         best_step = 0
+        stale = 0  # judgements in a row without improvement (patience)
         order = torch.empty(0, dtype=torch.long)
         for step in progress(range(1, steps + 1), quiet=quiet, desc="learned alignment"):
             if order.numel() < min(batch_size, x_train.shape[0]):
                 order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
             idx, order = order[:batch_size].to(device), order[batch_size:]
-            lam = 0.5 if lambdas == "midpoint" else float(torch.rand((), generator=gen))
-            rotations = _rotations(skews, invertible, planes)
-            out = functional_call(model_a, point(lam, rotations), (x_train[idx],))
-            loss = task.loss(out, y_train[idx])
+            lams = draw()
+            with record_function("learned.maps"):
+                rotations = _rotations(skews, invertible, planes)
+            loss = path_loss(lams, rotations, idx)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            for g in fixed_scale:
-                skews[g].grad[:, 1] = 0
-            optimizer.step()
+            with record_function("learned.backward"):
+                loss.backward()
+            with record_function("learned.adam"):
+                for g in fixed_scale:
+                    skews[g].grad[:, 1] = 0
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
             train_losses.append(float(loss.detach()))
             if step % eval_every == 0 or step == steps:
                 current = snapshot()
                 value = holdout_loss(current)
                 if value < best_loss:
                     best, best_loss, best_step = current, value, step
+                    stale = 0
+                else:
+                    stale += 1
+                    if patience and stale >= patience:
+                        break
 
     def transform(g: str, size: int):
         if g not in best:
@@ -341,13 +442,36 @@ def learned_alignment(
         holdout=holdout,
         steps=steps,
         distance_from_closed_form=distance,
+        steps_taken=len(train_losses),
+        precision=precision,
     )
+
+
+def _step_precision(precision: str, device: torch.device) -> str:
+    """``fp32`` or ``bf16``: what the steps' forward passes run in (``auto`` resolved for
+    ``device``; ``bf16`` where bfloat16 is emulated warns once, as a training run does)."""
+    from lmc.config.precision import resolve_precision
+
+    if device.type not in ("cpu", "cuda"):
+        if precision == "bf16":
+            raise LmcError(f"precision 'bf16' needs a CPU or CUDA device, not {device.type!r}")
+        return "fp32"
+    return resolve_precision(precision, device)
+
+
+def _autocast(precision: str, device: torch.device):
+    """The context of the steps' forward passes: bfloat16 autocast, or none for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 __all__ = [
     "HEAD_MAPS",
     "LAMBDA_SAMPLING",
     "LearnedAlignmentResult",
+    "SCHEDULES",
+    "STEP_PRECISIONS",
     "learnable_groups",
     "learned_alignment",
 ]

@@ -442,6 +442,8 @@ def _learned(job: AlignJob, **settings: Any) -> MethodOutput:
         "learned_best_step": result.best_step,
         "learned_train_losses": list(result.train_losses),
         "learned_holdout": result.holdout,
+        "learned_steps_taken": result.steps_taken,
+        "learned_precision": result.precision,
         "distance_from_closed_form": result.distance_from_closed_form,
         "distance_from_permutation": {
             g: distance_from_permutation(result.alignment[g])
@@ -638,8 +640,30 @@ def _register_builtins() -> None:
             "lambdas (the best on held-out examples kept)",
             settings=(
                 MethodSetting("steps", 200, "Adam steps (0: the closed form)", minimum=0),
-                MethodSetting("lr", 1e-2, "Adam learning rate", type=float, positive=True),
+                MethodSetting(
+                    "lr",
+                    1e-2,
+                    "Adam learning rate (with schedule cosine: its start)",
+                    type=float,
+                    positive=True,
+                ),
+                MethodSetting(
+                    "schedule",
+                    "constant",
+                    "the learning rate over the steps: constant, or a half cosine from lr to 0",
+                    type=str,
+                    choices=("constant", "cosine"),
+                    legacy="constant",
+                ),
                 MethodSetting("batch_size", 64, "training batch size", minimum=1),
+                MethodSetting(
+                    "lambda_batch",
+                    1,
+                    "values of lambda per step, stratified over the path, each on its slice "
+                    "of the batch (1: one lambda per step)",
+                    minimum=1,
+                    legacy=1,
+                ),
                 MethodSetting(
                     "lambdas",
                     "uniform",
@@ -666,6 +690,31 @@ def _register_builtins() -> None:
                     "the examples))",
                     minimum=1,
                     optional=True,
+                ),
+                MethodSetting(
+                    "evals",
+                    10,
+                    "judgements of the map on the held-out examples after the closed form's: "
+                    "every steps // evals steps and at the end",
+                    minimum=1,
+                    legacy=10,
+                ),
+                MethodSetting(
+                    "patience",
+                    0,
+                    "stop after this many held-out judgements in a row without improvement "
+                    "(0: take every step)",
+                    minimum=0,
+                    legacy=0,
+                ),
+                MethodSetting(
+                    "precision",
+                    "fp32",
+                    "the steps' forward passes: fp32, bf16 (bfloat16 autocast) or auto (bf16 "
+                    "where native and faster); the maps and their judgement stay float32",
+                    type=str,
+                    choices=("fp32", "bf16", "auto"),
+                    legacy="fp32",
                 ),
                 MethodSetting("max_iter", 20, "the closed form's most rounds", minimum=1),
             ),
