@@ -46,15 +46,21 @@ def test_train_throughput_gpt_mode_reports_tokens_per_second(monkeypatch, capsys
 def test_learned_alignment_benchmark_reports_both_methods(monkeypatch, capsys):
     import runpy
 
-    argv = ["learned_alignment.py", "--widths", "8", "--steps", "2", "--repeats", "1",
+    argv = ["learned_alignment.py", "--widths", "8", "--learned", "steps=2", "--repeats", "1",
             "--examples", "20", "--context", "6", "--vocab", "11", "--heads", "2"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     runpy.run_path(str(ROOT / "benchmarks" / "learned_alignment.py"), run_name="__main__")
     lines = capsys.readouterr().out.splitlines()
-    assert "learned/closed" in lines[1]
-    width, closed, learned, ratio, before, after = lines[2].split()
-    assert width == "8" and float(closed) > 0 and float(learned) > 0 and ratio.endswith("x")
-    assert float(after) <= float(before)  # the kept map is never worse than the closed form
+    assert lines[1].startswith("learned legacy:") and "steps 200" in lines[1]
+    assert lines[2].startswith("learned fast:") and "steps 2," in lines[2]  # --learned applies
+    assert "legacy/closed" in lines[3] and "fast/closed" in lines[3]
+    width, closed, legacy, legacy_ratio, fast, fast_ratio, *_, before, kept, kept_fast = lines[
+        4
+    ].split()
+    assert width == "8" and float(closed) > 0 and float(legacy) > 0 and float(fast) > 0
+    assert legacy_ratio.endswith("x") and fast_ratio.endswith("x")
+    # the kept map is never worse than the closed form on the held-out midpoint loss
+    assert float(kept) <= float(before) and float(kept_fast) <= float(before)
 
 
 def test_weight_matching_benchmark_times_every_solver_on_the_same_assignments(monkeypatch, capsys):
