@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -18,10 +18,12 @@ from .transformer import (
     HEADS_OPTION,
     LAYERS_PER_BLOCK,
     TIED_OPTION,
+    TokenIdsCheck,
     block_probe_points,
     check_transformer,
     complete_transformer,
     make_blocks,
+    token_window_inputs,
 )
 
 EMBED_STD = 0.02  # std of the token and position embeddings at initialisation (GPT-2's)
@@ -36,32 +38,7 @@ def check_gpt(name: str, options: Mapping[str, Any]) -> None:
         raise LmcError(f"{name}: tied must be true or false, got {options['tied']!r}")
 
 
-def gpt_inputs(
-    input_shape: Sequence[int], num_classes: int, task: str = "classification"
-) -> dict[str, Any]:
-    """A GPT's data-given options: ``vocab`` (the next-token dataset's number of token ids)
-    and ``context`` (its window length T); any other data is an ``LmcError``."""
-    if task != "next-token" or len(input_shape) != 1:
-        raise LmcError(
-            f"gpt reads token windows (n, context) and predicts the next token at each "
-            f"position; this dataset holds {task} examples of shape {tuple(input_shape)}: "
-            "train it on text (lmc train --model gpt --data corpus.txt, or --dataset fortunes)"
-        )
-    return {"vocab": int(num_classes), "context": int(input_shape[0])}
-
-
-gpt_inputs.keys = ("vocab", "context")  # type: ignore[attr-defined]
-gpt_inputs.outputs = ("per-position",)  # type: ignore[attr-defined]
-
-
-def _check_tokens(module: GPT, args: tuple) -> None:
-    """Forward pre-hook: one-line ``LmcError`` for input that is not (n, T <= context) ids."""
-    x = args[0] if args else None
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
-        what = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise LmcError(f"gpt: input must be integer token ids of shape (n, T), got {what}")
-    if x.shape[1] > module.context:
-        raise LmcError(f"gpt: {x.shape[1]} tokens exceed the context of {module.context}")
+gpt_inputs = token_window_inputs("gpt")
 
 
 class GPT(nn.Module):
@@ -123,7 +100,7 @@ class GPT(nn.Module):
         if tied:
             self.head.weight = self.tok.weight
         self.lmc_init(None)
-        self.register_forward_pre_hook(_check_tokens)
+        self.register_forward_pre_hook(TokenIdsCheck("gpt"))
 
     @torch.no_grad()
     def lmc_init(self, generator: torch.Generator | None) -> None:

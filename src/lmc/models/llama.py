@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -54,10 +54,12 @@ from .transformer import (
     LAYERS_PER_BLOCK,
     TIED_OPTION,
     Attention,
+    TokenIdsCheck,
     block_probe_points,
     check_transformer,
     complete_transformer,
     hidden_units,
+    token_window_inputs,
 )
 
 EMBED_STD = 0.02  # std of the token embedding at initialisation (GPT-2's, as the zoo's gpt)
@@ -133,22 +135,7 @@ def complete_llama(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def llama_inputs(
-    input_shape: Sequence[int], num_classes: int, task: str = "classification"
-) -> dict[str, Any]:
-    """The data-given options: ``vocab`` (the next-token dataset's number of token ids) and
-    ``context`` (its window length T); any other data is an ``LmcError``."""
-    if task != "next-token" or len(input_shape) != 1:
-        raise LmcError(
-            f"llama reads token windows (n, context) and predicts the next token at each "
-            f"position; this dataset holds {task} examples of shape {tuple(input_shape)}: "
-            "train it on text (lmc train --model llama --data corpus.txt, or --dataset fortunes)"
-        )
-    return {"vocab": int(num_classes), "context": int(input_shape[0])}
-
-
-llama_inputs.keys = ("vocab", "context")  # type: ignore[attr-defined]
-llama_inputs.outputs = ("per-position",)  # type: ignore[attr-defined]
+llama_inputs = token_window_inputs("llama")
 
 
 def rope_angles(
@@ -259,16 +246,6 @@ class LlamaBlock(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-def _check_tokens(module: Llama, args: tuple) -> None:
-    """Forward pre-hook: one-line ``LmcError`` for input that is not (n, T <= context) ids."""
-    x = args[0] if args else None
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
-        what = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise LmcError(f"llama: input must be integer token ids of shape (n, T), got {what}")
-    if x.shape[1] > module.context:
-        raise LmcError(f"llama: {x.shape[1]} tokens exceed the context of {module.context}")
-
-
 class Llama(nn.Module):
     """Token embedding -> causal pre-RMSNorm blocks with RoPE and SwiGLU -> RMSNorm -> head.
 
@@ -330,7 +307,7 @@ class Llama(nn.Module):
         if tied:
             self.head.weight = self.tok.weight
         self.lmc_init(None)
-        self.register_forward_pre_hook(_check_tokens)
+        self.register_forward_pre_hook(TokenIdsCheck("llama"))
 
     @torch.no_grad()
     def lmc_init(self, generator: torch.Generator | None) -> None:

@@ -10,7 +10,7 @@ Forward passes branch on nothing but constructor settings, so ``torch.fx`` can t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -233,3 +233,42 @@ def block_probe_points(depth: int, prefix: str = "blocks") -> list[ProbePoint]:
             ProbePoint(f"block{i}", LAYERS_PER_BLOCK * i + 1, "block", base, layout="tokens")
         )
     return points
+
+
+def token_window_inputs(name: str) -> Callable[..., dict[str, Any]]:
+    """The data-given options of causal LM ``name`` (zoo ``gpt``, ``llama``): ``vocab`` (the
+    next-token dataset's number of token ids) and ``context`` (its window length T); any other
+    data is an ``LmcError``. Declares ``keys`` and per-position ``outputs`` for the registry."""
+
+    def inputs(
+        input_shape: Sequence[int], num_classes: int, task: str = "classification"
+    ) -> dict[str, Any]:
+        if task != "next-token" or len(input_shape) != 1:
+            raise LmcError(
+                f"{name} reads token windows (n, context) and predicts the next token at each "
+                f"position; this dataset holds {task} examples of shape {tuple(input_shape)}: "
+                f"train it on text (lmc train --model {name} --data corpus.txt, or --dataset "
+                "fortunes)"
+            )
+        return {"vocab": int(num_classes), "context": int(input_shape[0])}
+
+    inputs.keys = ("vocab", "context")  # type: ignore[attr-defined]
+    inputs.outputs = ("per-position",)  # type: ignore[attr-defined]
+    return inputs
+
+
+class TokenIdsCheck:
+    """A forward pre-hook for causal LM ``name``: a one-line ``LmcError`` for input that is
+    not integer token ids of shape (n, T) with T <= the module's ``context``. A class, not a
+    closure, so a model holding it pickles."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, module: nn.Module, args: tuple) -> None:
+        name, x = self.name, (args[0] if args else None)
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_floating_point():
+            what = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise LmcError(f"{name}: input must be integer token ids of shape (n, T), got {what}")
+        if x.shape[1] > module.context:
+            raise LmcError(f"{name}: {x.shape[1]} tokens exceed the context of {module.context}")
