@@ -284,6 +284,17 @@ class Permutation(Transform):
 
 
 # ---- head-structured linear maps --------------------------------------------------------------
+def _random_heads(heads: int, gen: torch.Generator) -> torch.Tensor:
+    """A random order of ``heads`` heads (none drawn for one head)."""
+    return torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
+
+
+def _log_scales(shape: tuple[int, ...], gen: torch.Generator, spread: float) -> torch.Tensor:
+    """Log-scales uniform in ``[-log spread, log spread]`` (float64)."""
+    log_spread = float(torch.log(torch.tensor(float(spread), dtype=torch.float64)))
+    return (torch.rand(*shape, generator=gen, dtype=torch.float64) * 2 - 1) * log_spread
+
+
 def _head_dim(n: int, heads: int) -> int:
     if heads < 1 or n % heads:
         raise LmcError(f"{n} units cannot be cut into {heads} heads")
@@ -462,7 +473,7 @@ class Orthogonal(_LinearMap):
         gen = _generator(seed)
         d = _head_dim(n, heads)
         if head is None:
-            head = torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
+            head = _random_heads(heads, gen)
         return cls(head, haar_orthogonal(d, gen, heads))
 
 
@@ -499,11 +510,9 @@ class Invertible(_LinearMap):
         gen = _generator(seed)
         d = _head_dim(n, heads)
         if head is None:
-            head = torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
+            head = _random_heads(heads, gen)
         u, v = haar_orthogonal(d, gen, heads), haar_orthogonal(d, gen, heads)
-        log_s = (torch.rand(heads, d, generator=gen, dtype=torch.float64) * 2 - 1) * float(
-            torch.log(torch.tensor(spread, dtype=torch.float64))
-        )
+        log_s = _log_scales((heads, d), gen, spread)
         return cls(head, u @ torch.diag_embed(log_s.exp()) @ v)
 
 
@@ -518,14 +527,20 @@ def plane_blocks(alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     return torch.cat((torch.cat((a, -b), dim=-1), torch.cat((b, a), dim=-1)), dim=-2)
 
 
-def is_plane_structured(blocks: torch.Tensor, tol: float = PLANE_TOL) -> bool:
-    """Whether every block is :func:`plane_blocks` of some complex scalars."""
-    d = blocks.shape[-1]
-    if d % 2:
-        return False
-    h = d // 2
+def plane_scalars(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(alpha, beta)``, each (..., d/2): the complex scalars ``alpha + i beta`` that
+    :func:`plane_blocks` would map to ``blocks`` (read off their first columns of each plane)."""
+    h = blocks.shape[-1] // 2
     alpha = torch.diagonal(blocks[..., :h, :h], dim1=-2, dim2=-1)
     beta = torch.diagonal(blocks[..., h:, :h], dim1=-2, dim2=-1)
+    return alpha, beta
+
+
+def is_plane_structured(blocks: torch.Tensor, tol: float = PLANE_TOL) -> bool:
+    """Whether every block is :func:`plane_blocks` of some complex scalars."""
+    if blocks.shape[-1] % 2:
+        return False
+    alpha, beta = plane_scalars(blocks)
     scale = max(1.0, float(blocks.abs().max()))
     return float((blocks - plane_blocks(alpha, beta)).abs().max()) <= tol * scale
 
@@ -546,9 +561,7 @@ class RopePlanes(_LinearMap):
                 "the blocks are not one rotation and scaling per frequency plane (dims p and "
                 "p + d/2 of each head)"
             )
-        d = self._blocks.shape[1]
-        alpha = torch.diagonal(self._blocks[:, : d // 2, : d // 2], dim1=-2, dim2=-1)
-        beta = torch.diagonal(self._blocks[:, d // 2 :, : d // 2], dim1=-2, dim2=-1)
+        alpha, beta = plane_scalars(self._blocks)
         modulus = (alpha.pow(2) + beta.pow(2)).sqrt()
         if float(modulus.min()) <= 0 or float(modulus.max() / modulus.min()) > MAX_CONDITION:
             raise LmcError("a plane's scaling is zero or the scalings span too wide a range")
@@ -572,11 +585,9 @@ class RopePlanes(_LinearMap):
         if d % 2:
             raise LmcError(f"rotary planes need an even head dimension, got {d}")
         if head is None:
-            head = torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
+            head = _random_heads(heads, gen)
         angle = torch.rand(heads, d // 2, generator=gen, dtype=torch.float64) * 2 * torch.pi
-        log_s = (torch.rand(heads, d // 2, generator=gen, dtype=torch.float64) * 2 - 1) * float(
-            torch.log(torch.tensor(float(spread), dtype=torch.float64))
-        )
+        log_s = _log_scales((heads, d // 2), gen, spread)
         s = log_s.exp()
         return cls(head, plane_blocks(s * angle.cos(), s * angle.sin()))
 
