@@ -293,10 +293,10 @@ def test_damaged_checkpoint_is_ignored_with_a_warning(tmp_path, damage):
 def _legacy_checkpoint(run_dir, tensor_epoch, json_epoch):
     """The two-file checkpoint of older versions (tensors renamed first, then the JSON)."""
     from lmc.store import save_tensors, write_json
-    from lmc.train.checkpoint import _flatten_optimizer
+    from lmc.train.checkpoint import flatten_optimizer
 
     model, optimizer = _model_and_optimizer()
-    optim_tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
+    optim_tensors, optim_meta = flatten_optimizer(optimizer.state_dict())
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()} | optim_tensors
     save_tensors(run_dir / "checkpoint.safetensors", tensors, {"epoch": str(tensor_epoch)})
     write_json(

@@ -77,6 +77,7 @@ from lmc.store import (
     write_json,
 )
 from lmc.store.manifest import write_manifest
+from lmc.train.checkpoint import flatten_optimizer, unflatten_optimizer
 from lmc.train.loop import epoch_generator
 from lmc.train.schedule import learning_rate
 from lmc.train.settings import TrainSettings
@@ -522,22 +523,14 @@ def _save_checkpoint(
 ) -> None:
     """θ_C's trained tensors (``control.<name>``) and the optimizer's tensors
     (``optim.<index>.<key>``) in one safetensors file; the rest as JSON in its metadata."""
-    state = optimizer.state_dict()
-    tensors = {f"control.{k}": control[k].detach() for k in names}
-    scalars: dict[str, dict[str, Any]] = {}
-    for idx, entry in state["state"].items():
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"optim.{idx}.{key}"] = value
-            else:
-                scalars.setdefault(str(idx), {})[key] = value
+    optim_tensors, optim_meta = flatten_optimizer(optimizer.state_dict())
+    tensors = {f"control.{k}": control[k].detach() for k in names} | optim_tensors
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
     meta = {
         "epoch": epoch,
         "fingerprint": fingerprint,
         "names": names,
-        "param_groups": state["param_groups"],
-        "scalars": scalars,
+        **optim_meta,
         "history": history,
     }
     meta_json = json.dumps(meta, sort_keys=True)
@@ -572,17 +565,10 @@ def _load_checkpoint(path: Path, fingerprint: str, names: list[str]) -> dict[str
             f"the curve checkpoint {path} belongs to another curve (other endpoints, data or "
             "settings): remove it or give another checkpoint folder"
         )
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        if key.startswith("optim."):
-            _, idx, name = key.split(".", 2)
-            state.setdefault(int(idx), {})[name] = value
-    for idx, entries in meta["scalars"].items():
-        state.setdefault(int(idx), {}).update(entries)
     return {
         "epoch": int(meta["epoch"]),
         "control": {k: tensors[f"control.{k}"] for k in names},
-        "optimizer": {"state": state, "param_groups": meta["param_groups"]},
+        "optimizer": unflatten_optimizer(tensors, meta),
         "history": list(meta["history"]),
     }
 

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ CHECKPOINT_META = "checkpoint.json"  # only in checkpoints of older versions
 _META_KEY, _DIGEST_KEY = "lmc_checkpoint", "lmc_sha256"
 
 
-def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """An optimizer's ``state_dict()`` as tensors named ``optim.<index>.<key>`` (safetensors)
+    and the rest as JSON-ready metadata: ``{"param_groups", "scalars"}``."""
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for idx, entry in state["state"].items():
@@ -49,7 +52,9 @@ def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict[str, 
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict:
+def unflatten_optimizer(tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> dict:
+    """The optimizer ``state_dict`` that :func:`flatten_optimizer` wrote (other tensors in
+    ``tensors`` are passed over)."""
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         if name.startswith("optim."):
@@ -79,7 +84,7 @@ def save_checkpoint(
     history: list[dict],
 ) -> None:
     """Save the state after ``epoch`` epochs as one file, atomically (see the module doc)."""
-    optim_tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
+    optim_tensors, optim_meta = flatten_optimizer(optimizer.state_dict())
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors.update(optim_tensors)
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
@@ -138,7 +143,7 @@ def _read(run_dir: Path) -> dict[str, Any]:
         return {
             "epoch": int(meta["epoch"]),
             "model_state": model_state,
-            "optimizer_state": _unflatten_optimizer(tensors, meta["optimizer"]),
+            "optimizer_state": unflatten_optimizer(tensors, meta["optimizer"]),
             "history": list(meta["history"]),
         }
     except (KeyError, TypeError, ValueError) as exc:
