@@ -97,10 +97,9 @@ def curve_settings_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from lmc.config import LmcError
-    from lmc.merge import endpoint_record
     from lmc.models import module_device
     from lmc.pair import curve_pair, curve_summary, write_curve_pair
-    from lmc.pair.curve import CONTROL_FOLDER
+    from lmc.pair.curve import CONTROL_FOLDER, runs_description
     from lmc.pair.output import OUTPUT_MARKS
     from lmc.store import RunStore, check_output_place
 
@@ -124,15 +123,7 @@ def run(args: argparse.Namespace) -> int:
         run_a, run_b = pair.runs
         store = RunStore(args.runs_dir) if args.runs_dir else RunStore()
         store.check_writable()
-        config = run_a.config
-        describe = {
-            "a": endpoint_record(run_a),
-            "b": endpoint_record(run_b),
-            "model": config.get("model"),
-            "model_options": config.get("model_options"),
-            "dataset": config.get("dataset"),
-            "dataset_options": config.get("dataset_options"),
-        }
+        describe = runs_description(run_a, run_b)
         if any(r.config.get("form") == "canonical" for r in (run_a, run_b)):
             # a canonical-form endpoint: the pair is measured (and θ_C stored) in that form
             describe["form"] = "canonical"

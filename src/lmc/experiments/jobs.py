@@ -438,26 +438,13 @@ def _merge_curves(job, ctx, pair, run_a, run_b, model_a, data) -> list[dict[str,
     evaluated like its line (:func:`lmc.pair.fit_pair_curve`); the control points are runs of
     the study's run store (reused when finished). One record per curve (its path, barriers,
     bend distance, fit history, plane)."""
-    from lmc.merge import endpoint_record
-    from lmc.pair.curve import fit_pair_curve, same_architecture
+    from lmc.pair.curve import fit_pair_curve, runs_description, same_architecture
 
     kinds = curve_kinds(job)
     if not kinds:
         return []
     store = RunStore(ctx.runs_dir)
-    config = run_a.config
-    describe = same_architecture(
-        pair,
-        model_a,
-        {
-            "a": endpoint_record(run_a),
-            "b": endpoint_record(run_b),
-            "model": config.get("model"),
-            "model_options": config.get("model_options"),
-            "dataset": config.get("dataset"),
-            "dataset_options": config.get("dataset_options"),
-        },
-    )
+    describe = same_architecture(pair, model_a, runs_description(run_a, run_b))
     plane = job["merge"].get("curve_plane", CURVE_KEYS["curve_plane"])
     records = []
     for kind in kinds:

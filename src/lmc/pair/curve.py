@@ -27,7 +27,7 @@ import torch
 
 from lmc.config import LmcError
 from lmc.data import Dataset
-from lmc.merge import CurveFit, CurveSettings, fit_curve, load_curve, save_curve
+from lmc.merge import CurveFit, CurveSettings, endpoint_record, fit_curve, load_curve, save_curve
 from lmc.merge.curves import Curve, curve_merge_fn, get_path_kind
 from lmc.metrics import PathResult
 from lmc.metrics.curve_path import evaluate_curve
@@ -264,6 +264,19 @@ def curve_pair(
         checkpoint_dir=checkpoint_dir, quiet=quiet,
     )  # fmt: skip
     return CurvePairResult(line, result)
+
+
+def runs_description(run_a: Run, run_b: Run) -> dict[str, Any]:
+    """What a curve's control point records of two stored runs: each endpoint
+    (:func:`lmc.merge.endpoint_record`), and A's model and dataset with their options."""
+    config = run_a.config
+    return {
+        "a": endpoint_record(run_a),
+        "b": endpoint_record(run_b),
+        **{
+            key: config.get(key) for key in ("model", "model_options", "dataset", "dataset_options")
+        },
+    }
 
 
 def same_architecture(
