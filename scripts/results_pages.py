@@ -7,8 +7,9 @@ of :data:`BLOCK_FILES` (the top-level README and the site's pages under docs/), 
 between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->`` are rendered
 from ``docs/results/readme-NAME.md.in``, whichever file the block is in; nothing else in those
 files is touched, and every source has its block in exactly one of them. ``docs/studies.md``'s
-``method-settings`` block is the alignment methods' ``[merge]`` keys, made from their records
-(``lmc.perm.methods``).
+``method-settings`` block is the alignment methods' ``[merge]`` keys, and the ``methods`` rows of
+its ``[merge]`` and onset tables list the methods; all are made from the methods' records
+(``lmc.perm.methods``: :data:`METHOD_ROWS`).
 
     python scripts/results_pages.py            # write every page and block
     python scripts/results_pages.py --check    # exit 1, naming each file, if any would change
@@ -91,8 +92,8 @@ rewrapped to 100 columns after filling in (tables, code, headings and HTML are l
 are), and every relative link or image in a rendered file must name a file that exists.
 
 This is documentation tooling: it reads committed files only; its statistics are lmc.stats'
-(the ``ci`` cell's half-width included), and the ``method-settings`` block reads
-``lmc.perm.methods``.
+(the ``ci`` cell's half-width included), and the ``method-settings`` block and the ``methods``
+rows read ``lmc.perm.methods``.
 """
 
 from __future__ import annotations
@@ -1208,9 +1209,65 @@ def _check_block_sources(texts: dict[str, str], root: Path) -> None:
             )
 
 
+def merge_methods_row() -> str:
+    """The ``methods`` row of ``docs/studies.md``'s ``[merge]`` table: every registered alignment
+    method, in registration order, with its record's ``summary``."""
+    from lmc.perm.methods import all_methods
+
+    methods = all_methods()
+    names = ", ".join(f"`{m.name}`" for m in methods)
+    summaries = ", ".join(f"`{m.name}` ({m.summary})" for m in methods)
+    return (
+        f'| `methods` | list of strings | `["none", "weight"]` | non-empty; each {names}, or the '
+        f"control `random-direction` | grid | how B is aligned onto A before interpolating: "
+        f"{summaries}; the control `random-direction` is not an alignment: its rows are the path "
+        "from A to A + ‖B − A‖·u for a random unit direction u seeded by `align_seed` (the "
+        "flatness control), without the layerwise analysis; see [science.md § Permutations]"
+        "(science.md#permutations) and [§ Symmetries beyond permutations]"
+        "(science.md#symmetries-beyond-permutations) |"
+    )
+
+
+def onset_methods_row() -> str:
+    """The ``methods`` row of ``docs/studies.md``'s onset table: every registered alignment
+    method, in registration order."""
+    from lmc.perm.methods import method_names
+
+    names = ", ".join(f"`{name}`" for name in method_names())
+    return (
+        f'| `methods` | list | `["none", "weight"]` | {names} | alignment of B onto A before the '
+        "path |"
+    )
+
+
+#: The rows of ``docs/studies.md`` made from the alignment methods' records: the heading of the
+#: section that holds the row (its table's row whose first cell is ``key``) -> (key, the row).
+METHOD_ROWS = {
+    "## `[merge]`": ("methods", merge_methods_row),
+    '### `experiment = "onset"`: Git Re-Basin Fig. 3': ("methods", onset_methods_row),
+}
+
+
+def _replace_row(text: str, heading: str, key: str, row: str) -> str:
+    """``text`` with the first table row whose first cell is `` `key` `` after the line
+    ``heading`` (and before the next heading) replaced by ``row``."""
+    lines = text.split("\n")
+    if heading not in lines:
+        raise PageError(f"docs/studies.md has no heading {heading!r}: METHOD_ROWS names it")
+    start = lines.index(heading) + 1
+    for i in range(start, len(lines)):
+        if lines[i].startswith("#"):
+            break
+        if lines[i].startswith(f"| `{key}` |"):
+            lines[i] = row
+            return "\n".join(lines)
+    raise PageError(f"docs/studies.md: no `{key}` row under {heading!r} (METHOD_ROWS names it)")
+
+
 def render_studies_doc(text: str) -> str:
     """``docs/studies.md`` with its ``method-settings`` block holding the ``[merge]`` keys of
-    the alignment methods, made from their records (``lmc.perm.methods``)."""
+    the alignment methods and its ``methods`` rows (:data:`METHOD_ROWS`) listing the methods,
+    made from their records (``lmc.perm.methods``)."""
     from lmc.experiments.width_settings import method_key_rows
 
     header = "| key | type | default | allowed values | identity | meaning |"
@@ -1225,7 +1282,10 @@ def render_studies_doc(text: str) -> str:
             f"{indent}<!-- END generated: method-settings -->"
         )
 
-    return BLOCK.sub(block, text)
+    text = BLOCK.sub(block, text)
+    for heading, (key, make) in METHOD_ROWS.items():
+        text = _replace_row(text, heading, key, make())
+    return text
 
 
 def outputs(root: Path = ROOT) -> dict[Path, str]:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from lmc.config import LmcError, read_regular_text
+from lmc.perm.methods import all_methods
 
 # Columns kept as text; every other column is parsed as a number.
 TEXT_COLUMNS = frozenset(
@@ -21,19 +22,22 @@ TEXT_COLUMNS = frozenset(
 )
 INT_COLUMNS = frozenset({"pair", "layer", "pairs"})
 REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")
-# Canonical order of merge methods in figures and tables; unknown methods follow, sorted.
-METHOD_ORDER = (
-    "none",
-    "canonical",
-    "weight",
-    "onepass",
-    "activation",
-    "ste",
-    "orthogonal",
-    "orthogonal-activation",
-    "learned",
-    "random",
-)
+
+
+def method_order() -> tuple[str, ...]:
+    """The order of merge methods in figures and tables: every registered alignment method that
+    gives its place (``AlignmentMethod.order``, :mod:`lmc.perm.methods`), lowest first (ties in
+    registration order); other methods follow them, sorted by name (:func:`method_sort_key`)."""
+    ordered = sorted((m for m in all_methods() if m.order is not None), key=lambda m: m.order)
+    return tuple(m.name for m in ordered)
+
+
+def __getattr__(name: str) -> Any:
+    # ``METHOD_ORDER``: :func:`method_order`, read from the records at each access, so that a
+    # method registered after this module was imported takes its place
+    if name == "METHOD_ORDER":
+        return method_order()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def number(value: Any) -> float:
@@ -88,7 +92,10 @@ def is_close(a: float, b: float) -> bool:
 
 
 def method_sort_key(method: str) -> tuple[int, str]:
-    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+    """Where ``method`` goes in figures and tables (:func:`method_order`; unknown names last,
+    by name)."""
+    order = method_order()
+    return (order.index(method) if method in order else len(order), method)
 
 
 def mean_std(values: Iterable[float]) -> tuple[float, float, int]:

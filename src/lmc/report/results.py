@@ -30,18 +30,26 @@ from typing import Any
 from lmc.config import LmcError, read_regular_text
 from lmc.experiments.cells import (  # noqa: F401  (re-exported for the figures)
     INT_COLUMNS,
-    METHOD_ORDER,
     REQUIRED_RESULT_COLUMNS,
     TEXT_COLUMNS,
     coerce_row,
     is_close,
     mean_std,
+    method_order,
     method_sort_key,
     number,
     read_csv,
 )
 from lmc.experiments.table import calibration_undefined, drop_undefined
 from lmc.metrics import BARRIER_KEYS
+
+
+def __getattr__(name: str) -> Any:
+    # ``METHOD_ORDER``: as ``lmc.experiments.cells.METHOD_ORDER``, generated from the alignment
+    # methods' records at each access
+    if name == "METHOD_ORDER":
+        return method_order()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 Widths use a graduated colour map (viridis, dark = narrow, light = wide); layers use plasma
 (dark = input side, light = logits); methods use the Okabe–Ito colour-blind-safe palette with a
-distinct marker each. Figures are built with the object API (no pyplot state) on the Agg canvas.
+distinct marker each, as their records give them (``AlignmentMethod.style`` and ``label``,
+:mod:`lmc.perm.methods`: ``METHOD_STYLE`` is generated from the records). Figures are built with
+the object API (no pyplot state) on the Agg canvas.
 
 The figure primitives every lmc figure shares (``new_figure``, ``finish_axes``, the print
 resolution ``DPI``, ``save_figure``, the log axis ``log_scale``) live in
@@ -15,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from matplotlib import colormaps
 from matplotlib.figure import Figure
@@ -29,28 +32,43 @@ from lmc.metrics.figures import (  # noqa: F401  (the shared look, re-exported f
     new_figure,
     save_figure,
 )
+from lmc.perm.methods import all_methods
 
-# method -> (colour, marker, label); Okabe–Ito palette.
-METHOD_STYLE = {
-    "none": ("#0072B2", "o", "no permutation"),
-    "canonical": ("#332288", "o", "canonical form, no alignment"),
-    "weight": ("#D55E00", "s", "weight matching"),
-    "activation": ("#009E73", "^", "activation matching"),
-    "ste": ("#CC79A7", "D", "straight-through estimator"),
-    "random": ("#E69F00", "v", "random permutation"),
-    "onepass": ("#56B4E9", "P", "one-pass matching"),
-}
+#: The spare (colour, marker) pairs of a method whose record gives no style (or that is not a
+#: registered method), picked from its name.
 _EXTRA = (("#F0E442", "X"), ("#000000", "*"), ("#999999", "h"))
 MODEL_COLOURS = {"a": "#0072B2", "b": "#E69F00"}
 REFERENCE = "#555555"
 
 
+def method_styles() -> dict[str, tuple[str, str, str]]:
+    """method -> (colour, marker, label) of every registered alignment method whose record gives
+    a style (``AlignmentMethod.style`` and ``label``, :mod:`lmc.perm.methods`; the built-in ones
+    in the Okabe–Ito palette), in registration order."""
+    return {
+        m.name: (m.style.colour, m.style.marker, m.label)
+        for m in all_methods()
+        if m.style is not None
+    }
+
+
+def __getattr__(name: str) -> Any:
+    # ``METHOD_STYLE``: :func:`method_styles`, read from the records at each access, so that a
+    # method registered after this module was imported is drawn in its style
+    if name == "METHOD_STYLE":
+        return method_styles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def method_style(method: str) -> tuple[str, str, str]:
-    """(colour, marker, label) of a merge method."""
-    if method in METHOD_STYLE:
-        return METHOD_STYLE[method]
+    """(colour, marker, label) of a merge method: its record's style and label, else a spare
+    style picked from the name (and the record's label, or the name)."""
+    styles = method_styles()
+    if method in styles:
+        return styles[method]
     colour, marker = _EXTRA[sum(map(ord, method)) % len(_EXTRA)]
-    return colour, marker, method
+    methods = {m.name: m for m in all_methods()}
+    return colour, marker, methods[method].label if method in methods else method
 
 
 def width_colours(widths: Sequence[float]) -> dict[float, tuple]:

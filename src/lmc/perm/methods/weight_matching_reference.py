@@ -30,8 +30,8 @@ from scipy.optimize import linear_sum_assignment
 
 from lmc.config import LmcError
 
-from .ops import identity_permutation, permute_tensor
-from .spec import PermutationSpec
+from ..symmetries.permutation_spec import PermutationSpec
+from ..symmetries.permutations import identity_permutation, permute_tensor
 
 #: a step must beat the group's current value by this fraction (float noise never moves units)
 STEP_TOL = 1e-12

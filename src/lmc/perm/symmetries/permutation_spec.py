@@ -21,7 +21,8 @@ permutation name ``"P1"``, a pair ``("P1", repeat)``, or a list of segments
 Attention heads: ``heads`` maps a *nested* permutation (the ``H * d`` q/k dims, or v/output
 dims, of one attention layer) to ``(head permutation, H)``. The head permutation is a group of
 ``H`` units (it need not index any axis itself); the nested one must be block-structured by it
-(whole heads move, each head's dims permute among themselves; see :mod:`lmc.perm.heads`).
+(whole heads move, each head's dims permute among themselves; see
+:mod:`lmc.perm.symmetries.head_permutations`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from torch.fx.passes.shape_prop import TensorMetadata
 from lmc.config import LmcError
 from lmc.models import eval_mode
 
-from ..spec import PermutationSpec
+from ..permutation_spec import PermutationSpec
 from .export import export_graph
 from .handlers import dispatch
 from .result import TraceResult, build_result

@@ -1,10 +1,10 @@
 """Orthogonal weight matching: Procrustes for orthogonal groups, weight matching for the rest.
 
 The objective is weight matching's, ``Σ ⟨θ_A, T(θ_B)⟩`` over every tensor with a transformed
-axis, now over an :class:`~lmc.perm.alignment_map.Alignment` ``T`` whose *orthogonal groups*
-(by default every group not nested in heads that admits orthogonal maps: a canonical
-transformer's residual stream, :mod:`lmc.perm.canonical`) take any orthogonal ``Q`` and whose
-other groups take permutations.
+axis, now over an :class:`~lmc.perm.symmetries.alignment_map.Alignment` ``T`` whose *orthogonal
+groups* (by default every group not nested in heads that admits orthogonal maps: a canonical
+transformer's residual stream, :mod:`lmc.perm.symmetries.canonical_form`) take any orthogonal ``Q``
+and whose other groups take permutations.
 
 Given everything else, one orthogonal group's best ``Q`` is the orthogonal Procrustes map: with
 each member axis of A and of B (the others already transformed) moved first and flattened to
@@ -31,14 +31,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
+from scipy.optimize import linear_sum_assignment
 
 from lmc.config import LmcError
 
-from .alignment_map import Alignment
-from .spec import PermutationSpec
-from .symmetry import SymmetrySpec
-from .transforms import Orthogonal, Permutation, Transform, kind_rank
-from .weight_match import weight_matching
+from ..symmetries.alignment_map import Alignment
+from ..symmetries.permutation_spec import PermutationSpec
+from ..symmetries.symmetry_spec import SymmetrySpec, default_orthogonal_groups
+from ..symmetries.transforms import Orthogonal, Permutation, Transform, kind_rank
+from .registry import AlignJob, AlignmentMethod, MethodOutput, MethodSetting, register_method
+from .weight_matching import weight_matching
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,8 +75,6 @@ def distance_from_permutation(transform: Transform) -> float:
     with ``P`` the permutation maximising ``tr(Pᵀ Q)`` (a linear assignment on ``Q``). 0 for a
     permutation; for orthogonal ``Q``, ``‖Q − P‖² = 2n − 2 tr(PᵀQ)``, so the distance is
     ``sqrt(1 − tr(PᵀQ) / n)``: about 1 for a Haar-random rotation, at most ``sqrt(2)``."""
-    from scipy.optimize import linear_sum_assignment
-
     q = transform.matrix()
     rows, cols = linear_sum_assignment(q.numpy(), maximize=True)
     n = q.shape[0]
@@ -117,7 +117,7 @@ def cross_product(
         if spec.role(name, axis, k) == "norm":
             raise LmcError(
                 f"{name!r} is an elementwise norm parameter of {group!r}: the group admits no "
-                "orthogonal map (canonicalise the transformer first: lmc.perm.canonical)"
+                "orthogonal map (canonicalise the transformer first: lmc.perm.canonicalize)"
             )
         seg = spec.spec[name][axis][k]
         a_part = a.narrow(axis, offset, seg.extent).movedim(axis, 0).reshape(n, -1)
@@ -168,18 +168,6 @@ def _only(
     )
 
 
-def default_orthogonal_groups(spec: SymmetrySpec) -> list[str]:
-    """The groups not nested in heads that admit orthogonal maps (the residual stream); the
-    spec's within groups (maps within heads, :mod:`lmc.perm.within_heads`) are not."""
-    return [
-        g
-        for g, kind in spec.kinds.items()
-        if kind_rank(kind) >= kind_rank("orthogonal")
-        and g not in spec.heads
-        and g not in spec.within
-    ]
-
-
 def check_orthogonal_groups(spec: SymmetrySpec, groups: Iterable[str]) -> None:
     """``LmcError`` unless every one of ``groups`` is a group of ``spec`` that admits a dense
     orthogonal map (not nested in heads)."""
@@ -209,7 +197,7 @@ def orthogonal_weight_matching(
     matching, visiting orders from ``seed + round``) for every other group. See the module
     docstring. ``spec`` must be a :class:`SymmetrySpec` (of the canonical model)."""
     if not isinstance(spec, SymmetrySpec):
-        raise LmcError("orthogonal weight matching needs a SymmetrySpec (lmc.perm.symmetry)")
+        raise LmcError("orthogonal weight matching needs a SymmetrySpec (lmc.perm.symmetry_spec)")
     sizes = spec.group_sizes
     orth = list(default_orthogonal_groups(spec) if orthogonal_groups is None else orthogonal_groups)
     check_orthogonal_groups(spec, orth)
@@ -256,6 +244,51 @@ def orthogonal_weight_matching(
         passes=len(per_pass),
         converged=converged,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the method's record: ``orthogonal``
+
+
+def _align(job: AlignJob, *, max_iter: int, tol: float) -> MethodOutput:
+    om = orthogonal_weight_matching(
+        job.symmetry, job.state_a, job.state_b, seed=job.seed, max_iter=max_iter, tol=tol
+    )
+    extras = {
+        "orthogonal_groups": list(om.orthogonal_groups),
+        "passes": om.passes,
+        "converged": om.converged,
+        "objective_per_pass": list(om.objective_per_pass),
+        "distance_from_permutation": {
+            g: distance_from_permutation(om.alignment[g]) for g in om.orthogonal_groups
+        },
+    }
+    return MethodOutput(om.alignment, extras)
+
+
+METHOD = register_method(
+    AlignmentMethod(
+        "orthogonal",
+        _align,
+        "orthogonal weight matching of pre-LN transformers: in the canonical form, an "
+        "orthogonal map of the residual stream (Procrustes) and permutations of MLP units, "
+        "heads and head dims (weight matching), by coordinate descent (data-free)",
+        settings=(
+            MethodSetting("max_iter", 20, "most coordinate-descent rounds", minimum=1),
+            MethodSetting(
+                "tol",
+                1e-10,
+                "stop after a round that raises the matching objective by at most this fraction",
+                type=float,
+                minimum=0.0,
+            ),
+        ),
+        canonical=True,
+        order=60,
+        summary="pre-LN transformers: an orthogonal map of the residual stream and "
+        "permutations, in the canonical form, where the pair is then measured",
+    )
+)
 
 
 __all__ = [

@@ -17,8 +17,8 @@ import torch
 
 from lmc.config import LmcError
 
-from .heads import check_nested, random_nested
-from .spec import PermutationSpec, axis_index
+from .head_permutations import check_nested, random_nested
+from .permutation_spec import PermutationSpec, axis_index
 
 Perm = dict[str, torch.Tensor]
 

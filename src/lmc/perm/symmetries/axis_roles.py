@@ -2,8 +2,8 @@
 
 ``out`` (covariant: a layer's output rows and bias, an embedding's features, the q side of
 q/k), ``in`` (contravariant: a layer's input columns, the k side) or ``norm`` (an elementwise
-gain or bias of a norm); see :mod:`lmc.perm.symmetry` for the conventions. Roles are derived
-per tensor from the layer that owns it, else from the tracer's records of how it was used,
+gain or bias of a norm); see :mod:`lmc.perm.symmetries.symmetry_spec` for the conventions. Roles are
+derived per tensor from the layer that owns it, else from the tracer's records of how it was used,
 else ``out``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from .spec import PermutationSpec
+from .permutation_spec import PermutationSpec
 
 NORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.LayerNorm,

@@ -8,16 +8,17 @@ axis of which tensor) plus two things a permutation never needed:
   layer's output rows and its bias, an embedding's features, a class token, the q side of
   q/k), ``"in"`` (contravariant: the axis reads the units, ``x -> M⁻ᵀ x``: a layer's input
   columns, the k side of q/k) or ``"norm"`` (an elementwise gain or bias of a norm: only a
-  permutation may act). See :mod:`lmc.perm.transforms`.
+  permutation may act). See :mod:`lmc.perm.symmetries.transforms`.
 - ``kinds``: for every group, the most general transform kind under which the model's
   function is unchanged: ``"invertible"`` for the dims within attention heads (q/k, v/o),
   ``"orthogonal"`` for the residual stream of a canonical pre-LN transformer
-  (:mod:`lmc.perm.canonical`), ``"permutation"`` for everything else (MLP hidden units, heads
-  as wholes, any stream that still passes through a LayerNorm).
+  (:mod:`lmc.perm.symmetries.canonical_form`), ``"permutation"`` for everything else (MLP hidden
+  units, heads as wholes, any stream that still passes through a LayerNorm).
 - ``within``: groups of maps within attention heads where the permutation spec keeps the head
   dims in place (q/k under rotary embeddings: kind ``rope``; q/k and v/o of grouped-query
-  attention: ``invertible``), each nested in its head group (:mod:`lmc.perm.within_heads`).
-  They are optional in an :class:`~lmc.perm.Alignment` (absent: the identity within heads).
+  attention: ``invertible``), each nested in its head group
+  (:mod:`lmc.perm.symmetries.within_heads`). They are optional in an :class:`~lmc.perm.Alignment`
+  (absent: the identity within heads).
 
 Roles are derived per tensor from the layer that owns it: ``nn.Linear`` / ``nn.Conv*``
 weights are ``(out, in, ...)``, transposed convolutions and Hugging Face's ``Conv1D``
@@ -40,8 +41,10 @@ from torch import nn
 
 from lmc.config import LmcError
 
-from .roles import NORM_TYPES, RoleKey, derive_roles, layer_role
-from .spec import PermutationSpec
+from .axis_roles import NORM_TYPES, RoleKey, derive_roles, layer_role
+from .permutation_spec import PermutationSpec
+from .residual_stream import traced_layout
+from .trace import trace_model
 from .transforms import KINDS, ROLES, kind_rank
 from .within_heads import WithinGroup, find_within_groups
 
@@ -138,14 +141,13 @@ def stream_group(
     model: nn.Module, spec: PermutationSpec, example_input: Any = None, trace: Any = None
 ) -> str | None:
     """The group of a pre-norm transformer's residual stream, read off its traced graph
-    (:func:`lmc.perm.stream.traced_layout`); ``None`` when the model has none lmc can fold."""
+    (:func:`lmc.perm.symmetries.residual_stream.traced_layout`); ``None`` when the model has none
+    lmc can fold."""
     layout = _layout(model, example_input, trace)
     return None if layout is None or layout.group not in spec.group_sizes else layout.group
 
 
 def _layout(model: nn.Module, example_input: Any, trace: Any):
-    from .stream import traced_layout
-
     try:
         return traced_layout(model, example_input, trace)
     except LmcError:
@@ -159,8 +161,8 @@ def derive_kinds(
     layout: Any = "trace",
 ) -> dict[str, str]:
     """The most general admissible kind of every group (see the module docstring);
-    ``layout``: the model's :class:`~lmc.perm.stream.StreamLayout` (``None``: no stream lmc can
-    fold; by default it is traced on an example input made from the model)."""
+    ``layout``: the model's :class:`~lmc.perm.symmetries.residual_stream.StreamLayout` (``None``: no
+    stream lmc can fold; by default it is traced on an example input made from the model)."""
 
     def member_roles(group: str) -> set[str | None]:
         return {
@@ -196,14 +198,13 @@ def symmetry_spec(
 ) -> SymmetrySpec:
     """The :class:`SymmetrySpec` of ``model``: its traced permutation spec (or ``spec``), the
     roles of every permuted axis, the admissible kind of every group, and the groups of maps
-    within heads the spec keeps in place (:mod:`lmc.perm.within_heads`).
+    within heads the spec keeps in place (:mod:`lmc.perm.symmetries.within_heads`).
 
-    Canonicalise a pre-norm transformer first (:func:`lmc.perm.canonical.canonicalize`) for its
-    stream to admit orthogonal maps; on the original model the stream passes through norms with
-    parameters (or that subtract the mean) and admits permutations only.
+    Canonicalise a pre-norm transformer first
+    (:func:`lmc.perm.symmetries.canonical_form.canonicalize`) for its stream to admit orthogonal
+    maps; on the original model the stream passes through norms with parameters (or that subtract
+    the mean) and admits permutations only.
     """
-    from .trace import trace_model
-
     trace = trace_model(model, example_input, tracer=tracer)
     spec = trace.spec if spec is None else spec
     roles = derive_roles(model, spec, trace)
@@ -220,12 +221,25 @@ def symmetry_spec(
     return SymmetrySpec(spec, roles, derive_kinds(model, spec, roles, layout), within)
 
 
+def default_orthogonal_groups(spec: SymmetrySpec) -> list[str]:
+    """The groups not nested in heads that admit orthogonal maps (the residual stream); the
+    spec's within groups (maps within heads, :mod:`lmc.perm.symmetries.within_heads`) are not."""
+    return [
+        g
+        for g, kind in spec.kinds.items()
+        if kind_rank(kind) >= kind_rank("orthogonal")
+        and g not in spec.heads
+        and g not in spec.within
+    ]
+
+
 __all__ = [
     "KINDS",
     "NORM_TYPES",
     "RoleKey",
     "WithinGroup",
     "SymmetrySpec",
+    "default_orthogonal_groups",
     "derive_kinds",
     "derive_roles",
     "layer_role",

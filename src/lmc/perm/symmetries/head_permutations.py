@@ -29,7 +29,7 @@ import torch
 
 from lmc.config import LmcError
 
-from .lap import linear_assignment
+from ..solvers.assignment import linear_assignment
 
 
 def compose_heads(head: torch.Tensor, within: torch.Tensor) -> torch.Tensor:

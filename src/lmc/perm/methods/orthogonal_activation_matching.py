@@ -1,23 +1,23 @@
 """Orthogonal activation matching: Procrustes on features for orthogonal groups, activation
 matching for the rest.
 
-The data-driven counterpart of :mod:`lmc.perm.orthogonal_match`. On a canonical pre-LayerNorm
-transformer (:mod:`lmc.perm.canonical`) the residual stream admits any orthogonal map ``Q``;
-this finds the one that brings B's stream features closest to A's,
+The data-driven counterpart of :mod:`lmc.perm.methods.orthogonal_weight_matching`. On a canonical
+pre-LayerNorm transformer (:mod:`lmc.perm.symmetries.canonical_form`) the residual stream admits any
+orthogonal map ``Q``; this finds the one that brings B's stream features closest to A's,
 
     Q = argmin_Q  E ‖z_A − Q z_B‖²  =  argmax_Q  tr(Qᵀ E[z_A z_Bᵀ])  =  U Vᵀ,
 
 from the SVD ``U S Vᵀ`` of the uncentred cross-moment ``Σ z_A z_Bᵀ`` (rows: A's units) of the
 features activation matching reads for that group (the stream as the layers that read it see
-it: every reader's input, pooled over examples and tokens; :mod:`lmc.perm.activation_match`).
-Where the features never visit a direction, as a canonical stream never visits the all-ones
-one, the rotation there is taken from the weights (:func:`procrustes_on_features`).
-Correlation would divide each unit by its spread, which no rotation respects, so the stream
-uses the raw moment whatever ``statistic`` says. Every other group (MLP units, heads and the
-dims within them) is matched as activation matching matches it, on the cross-correlation (or
-``statistic="covariance"``). One pass over the inputs collects both; no group's answer depends
-on another's (a model's features do not change under its own symmetries), so there is no
-descent: one Procrustes per orthogonal group and one assignment per other group.
+it: every reader's input, pooled over examples and tokens;
+:mod:`lmc.perm.methods.activation_matching`). Where the features never visit a direction, as a
+canonical stream never visits the all-ones one, the rotation there is taken from the weights
+(:func:`procrustes_on_features`). Correlation would divide each unit by its spread, which no
+rotation respects, so the stream uses the raw moment whatever ``statistic`` says. Every other group
+(MLP units, heads and the dims within them) is matched as activation matching matches it, on the
+cross-correlation (or ``statistic="covariance"``). One pass over the inputs collects both; no
+group's answer depends on another's (a model's features do not change under its own symmetries), so
+there is no descent: one Procrustes per orthogonal group and one assignment per other group.
 
 A known orthogonal stream map combined with permutations of MLP units, heads and within-head
 dims is recovered exactly (the aligned B equals A to rounding; tests/perm).
@@ -36,16 +36,23 @@ from torch import nn
 
 from lmc.config import LmcError
 
-from .activation_match import assign_groups, check_statistic, feature_statistics
-from .alignment_map import Alignment
-from .orthogonal_match import (
+from ..symmetries.alignment_map import Alignment
+from ..symmetries.symmetry_spec import SymmetrySpec
+from ..symmetries.transforms import Orthogonal, Permutation, Transform
+from .activation_matching import (
+    assign_groups,
+    check_statistic,
+    feature_settings,
+    feature_statistics,
+)
+from .orthogonal_weight_matching import (
     check_orthogonal_groups,
     cross_product,
     default_orthogonal_groups,
+    distance_from_permutation,
     procrustes,
 )
-from .symmetry import SymmetrySpec
-from .transforms import Orthogonal, Permutation, Transform
+from .registry import AlignJob, AlignmentMethod, MethodOutput, register_method
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,12 +103,14 @@ def orthogonal_activation_matching(
 ) -> OrthogonalActivationResult:
     """Align B's canonical transformer to A's from their features on ``inputs`` (module
     docstring). ``spec``: the :class:`SymmetrySpec` of the canonical model;
-    ``orthogonal_groups``: default :func:`lmc.perm.orthogonal_match.default_orthogonal_groups`
-    (the residual stream); ``statistic``: what the permuted groups are matched on
-    (``correlation`` or ``covariance``). ``result.alignment.apply(spec, state_b)`` has B in
-    A's coordinates."""
+    ``orthogonal_groups``: default
+    :func:`lmc.perm.symmetries.symmetry_spec.default_orthogonal_groups` (the residual stream);
+    ``statistic``: what the permuted groups are matched on (``correlation`` or ``covariance``).
+    ``result.alignment.apply(spec, state_b)`` has B in A's coordinates."""
     if not isinstance(spec, SymmetrySpec):
-        raise LmcError("orthogonal activation matching needs a SymmetrySpec (lmc.perm.symmetry)")
+        raise LmcError(
+            "orthogonal activation matching needs a SymmetrySpec (lmc.perm.symmetry_spec)"
+        )
     check_statistic(statistic)
     orth = list(default_orthogonal_groups(spec) if orthogonal_groups is None else orthogonal_groups)
     check_orthogonal_groups(spec, orth)
@@ -137,6 +146,48 @@ def orthogonal_activation_matching(
         examples=features.examples,
         points={g: tuple(p[0] for p in pts) for g, pts in features.points.items()},
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the method's record: ``orthogonal-activation``
+
+
+def _align(
+    job: AlignJob, *, batch_size: int, statistic: str, max_examples: int | None
+) -> MethodOutput:
+    data = job.inputs if max_examples is None else job.inputs[:max_examples]
+    result = orthogonal_activation_matching(
+        job.symmetry, job.model_a, job.model_b, data, batch_size=batch_size,
+        statistic=statistic, quiet=job.quiet,
+    )  # fmt: skip
+    extras = {
+        "examples": result.examples,
+        "orthogonal_groups": list(result.orthogonal_groups),
+        "distance_from_permutation": {
+            g: distance_from_permutation(result.alignment[g]) for g in result.orthogonal_groups
+        },
+    }
+    return MethodOutput(result.alignment, extras)
+
+
+METHOD = register_method(
+    AlignmentMethod(
+        "orthogonal-activation",
+        _align,
+        "orthogonal activation matching of pre-LN transformers: in the canonical form, the "
+        "orthogonal map of the residual stream closest on training examples' features "
+        "(Procrustes) and activation matching of MLP units, heads and head dims",
+        settings=feature_settings(
+            "what MLP units, heads and head dims are matched on: the cross-correlation or "
+            "the cross-covariance (the stream always takes the uncentred cross-moment)"
+        ),
+        needs_data=True,
+        canonical=True,
+        order=70,
+        summary="the same symmetries found from training examples' features: Procrustes on "
+        "the stream, activation matching for the rest",
+    )
+)
 
 
 __all__ = [

@@ -4,9 +4,10 @@ For models too large to hold twice (GPT-2-large-shaped: 774M parameters, 3.1 GB 
 float32), :func:`match_files` matches B's file to A's reading both lazily: every tensor is
 memory-mapped from its file when weight matching first looks it up
 (:class:`lmc.store.lazy.LazyStateDict`), and weight matching uses views of the tensors, not
-copies (:mod:`lmc.perm.weight_match`), so memory beyond the files' pages is the similarity
-matrices and one product's temporaries. :func:`permute_file` then writes the aligned B one tensor
-at a time (:func:`lmc.store.lazy.write_tensors`): it never holds a second copy of the model.
+copies (:mod:`lmc.perm.methods.weight_matching`), so memory beyond the files' pages is the
+similarity matrices and one product's temporaries. :func:`permute_file` then writes the aligned B
+one tensor at a time (:func:`lmc.store.lazy.write_tensors`): it never holds a second copy of the
+model.
 
 The spec may be derived without any weights, from the architecture on PyTorch's ``meta`` device
 (``with torch.device("meta"): model = ...``; :func:`lmc.perm.spec_from_model` traces it), as
@@ -25,9 +26,9 @@ import torch
 from lmc.config import LmcError
 from lmc.store.lazy import LazyStateDict, layout_of, write_tensors
 
-from .ops import check_permutation, permute_tensor
-from .spec import PermutationSpec
-from .weight_match import WeightMatchingResult, weight_matching
+from ..symmetries.permutation_spec import PermutationSpec
+from ..symmetries.permutations import check_permutation, permute_tensor
+from .weight_matching import WeightMatchingResult, weight_matching
 
 
 def _check_files_fit(spec: PermutationSpec, state: LazyStateDict, which: str) -> None:
@@ -62,7 +63,7 @@ def match_files(
     ``similarity_bytes`` says otherwise (``None``: no limit), so that the matching adds at
     most about half a model to the files' pages. With ``out``, B's file with the permutation
     applied is written there (:func:`permute_file`). Returns the
-    :class:`lmc.perm.weight_match.WeightMatchingResult` (``.perm`` is for B)."""
+    :class:`lmc.perm.methods.weight_matching.WeightMatchingResult` (``.perm`` is for B)."""
     with LazyStateDict(path_a, aliases) as state_a, LazyStateDict(path_b, aliases) as state_b:
         _check_files_fit(spec, state_a, "model A")
         _check_files_fit(spec, state_b, "model B")

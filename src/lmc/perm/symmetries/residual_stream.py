@@ -1,7 +1,7 @@
 """The residual stream of a transformer, read off its traced graph (not its class).
 
-The graph that yields the permutation spec (:mod:`lmc.perm.trace`) also says where the stream
-is and how it is used:
+The graph that yields the permutation spec (:mod:`lmc.perm.symmetries.trace`) also says where the
+stream is and how it is used:
 
 - *the stream* is the permutation group that the most residual additions join (an ``add``
   whose operands all carry it; the embeddings open it); none: no residual stream;
@@ -46,9 +46,9 @@ from torch import fx, nn
 
 from lmc.config import LmcError
 
-from .examples import example_input as make_example
-from .examples import unwrap
-from .roles import NORM_TYPES, derive_roles
+from .axis_roles import NORM_TYPES, derive_roles
+from .example_inputs import example_input as make_example
+from .example_inputs import unwrap
 from .trace import TraceResult, trace_model
 from .trace.handlers import function_name
 from .trace.tables import (
@@ -708,7 +708,7 @@ def traced_layout(
     model: nn.Module, example_input: Any = None, trace: TraceResult | None = None
 ) -> StreamLayout:
     """The :class:`StreamLayout` of ``model`` read off its traced graph (module docstring), on
-    ``example_input`` (default: one made from the model, :func:`lmc.perm.examples.
+    ``example_input`` (default: one made from the model, :func:`lmc.perm.symmetries.example_inputs.
     example_input`); ``trace``: its trace on that input, when the caller has it. Cached by the
     model's structure; ``LmcError`` (also cached) where the stream cannot be folded."""
     if example_input is None:

@@ -1,9 +1,9 @@
 """Learned alignment in orthogonal groups (issue 30; the learned transforms of Theus et al.,
 NeurIPS 2025, with λ sampled along the path as Git Re-Basin's STE does).
 
-Start from the closed form: orthogonal weight matching (:mod:`lmc.perm.orthogonal_match`) of
-the canonical pair gives T₀ and B₁ = T₀(θ_B). Then learn one orthogonal map R_g per learnable
-group g, applied on top of B₁:
+Start from the closed form: orthogonal weight matching
+(:mod:`lmc.perm.methods.orthogonal_weight_matching`) of the canonical pair gives T₀ and B₁ =
+T₀(θ_B). Then learn one orthogonal map R_g per learnable group g, applied on top of B₁:
 
 - the residual stream (dense, d × d);
 - with ``heads``, every attention group's within-head dims (block-diagonal: one d_h × d_h block
@@ -11,20 +11,20 @@ group g, applied on top of B₁:
   within a head: ``head_maps = "orthogonal"`` (default) learns the orthogonal subgroup,
   ``"invertible"`` the invertible maps. MLP units keep their matched permutation (an
   elementwise nonlinearity admits nothing else).
-- with ``heads``, every *within group* of the spec (:mod:`lmc.perm.within_heads`: dims within
-  heads that the permutation spec keeps in place). Under rotary embeddings (kind ``rope``) the
-  map is parametrised per head and frequency plane by an angle φ and, with ``head_maps =
+- with ``heads``, every *within group* of the spec (:mod:`lmc.perm.symmetries.within_heads`: dims
+  within heads that the permutation spec keeps in place). Under rotary embeddings (kind ``rope``)
+  the map is parametrised per head and frequency plane by an angle φ and, with ``head_maps =
   "invertible"``, a log-scale u: the plane's block is e^u R(φ) on q and e^{−u} R(φ) on k
-  (:class:`lmc.perm.transforms.RopePlanes`), so q·k and RoPE are kept exactly; grouped-query
-  attention's shared maps (kind ``invertible``) are learned as the nested groups' are, one
-  block per key/value head, the same on each query head that reads it.
+  (:class:`lmc.perm.symmetries.transforms.RopePlanes`), so q·k and RoPE are kept exactly;
+  grouped-query attention's shared maps (kind ``invertible``) are learned as the nested groups' are,
+  one block per key/value head, the same on each query head that reads it.
 
 Each orthogonal R_g = exp(S_g − S_gᵀ) (the matrix exponential of a skew-symmetric matrix:
 always orthogonal); each invertible one R_g = exp(S_g) (always invertible, with determinant
 exp(tr S_g) > 0: the maps connected to the identity). S_g = 0 at the start (R = I: the closed
 form). An axis holding the units' coordinates (role ``out``: q, v rows) is mapped by R, one that
 pairs with them (role ``in``: k rows, the output projection's columns) by R⁻ᵀ = exp(−S_gᵀ), so
-B's function is kept exactly (qᵀk = (R q)ᵀ(R⁻ᵀ k); :mod:`lmc.perm.transforms`).
+B's function is kept exactly (qᵀk = (R q)ᵀ(R⁻ᵀ k); :mod:`lmc.perm.symmetries.transforms`).
 
 At every step λ is drawn
 (``lambdas = "uniform"``: U(0, 1), a fresh draw per step; ``"midpoint"``: λ = ½), and the task's
@@ -62,6 +62,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -69,15 +70,28 @@ from torch.func import functional_call
 from torch.profiler import record_function
 
 from lmc.config import LmcError, progress
+from lmc.config.precision import resolve_precision
 from lmc.data.tasks import Task, get_task
 from lmc.models import module_device, preserved_modes
 
-from .alignment_map import Alignment
-from .orthogonal_match import default_orthogonal_groups, orthogonal_weight_matching
-from .ste import aliased_names, holdout_split
-from .symmetry import SymmetrySpec
-from .transforms import Invertible, Orthogonal, Permutation, RopePlanes, act_blocks, plane_blocks
-from .within_heads import member_index
+from ..symmetries.alignment_map import Alignment
+from ..symmetries.symmetry_spec import SymmetrySpec
+from ..symmetries.transforms import (
+    Invertible,
+    Orthogonal,
+    Permutation,
+    RopePlanes,
+    act_blocks,
+    plane_blocks,
+)
+from ..symmetries.within_heads import member_index
+from .orthogonal_weight_matching import (
+    default_orthogonal_groups,
+    distance_from_permutation,
+    orthogonal_weight_matching,
+)
+from .registry import AlignJob, AlignmentMethod, MethodOutput, MethodSetting, register_method
+from .straight_through import aliased_names, holdout_split
 
 #: How λ is drawn at each step (module docstring).
 LAMBDA_SAMPLING = ("uniform", "midpoint")
@@ -147,7 +161,7 @@ def _rotations(
     """Per group, the (blocks, d, d) maps ``(R, R⁻ᵀ)``: the orthogonal exp(S − Sᵀ) (both the
     same), or for a group in ``invertible`` exp(S) and exp(−Sᵀ); for a group in ``planes``
     (rotary q/k) ``S`` is (blocks, 2, d/2): angles φ and log-scales u, R = e^u R(φ) per plane
-    and R⁻ᵀ = e^{−u} R(φ) (:func:`lmc.perm.transforms.plane_blocks`)."""
+    and R⁻ᵀ = e^{−u} R(φ) (:func:`lmc.perm.symmetries.transforms.plane_blocks`)."""
     out = {}
     for g, s in skews.items():
         if g in planes:
@@ -245,10 +259,10 @@ def learned_alignment(
     """Learn orthogonal maps that lower the path's loss, from the closed form (module doc).
 
     ``spec``: the :class:`SymmetrySpec` of the canonical ``model_a`` (both models canonical,
-    :mod:`lmc.perm.canonical`); ``inputs`` / ``labels``: training examples and targets in
-    ``task``'s layout; the last ``holdout`` (default ``min(1024, N // 5)``) judge the kept map,
-    the rest are drawn in batches of ``batch_size`` in an order fixed by ``seed`` (which also
-    seeds the λ draws and the closed form's visiting order). ``steps`` Adam steps at ``lr`` on
+    :mod:`lmc.perm.symmetries.canonical_form`); ``inputs`` / ``labels``: training examples and
+    targets in ``task``'s layout; the last ``holdout`` (default ``min(1024, N // 5)``) judge the
+    kept map, the rest are drawn in batches of ``batch_size`` in an order fixed by ``seed`` (which
+    also seeds the λ draws and the closed form's visiting order). ``steps`` Adam steps at ``lr`` on
     the skew parameters, ``schedule`` ``constant`` or ``cosine``; ``lambda_batch`` values of λ
     per step (the batch split among them in near-equal slices, each slice's loss weighted by its
     size); ``eval_every``: steps between held-out judgements (``None``: ``max(1, steps //
@@ -450,8 +464,6 @@ def learned_alignment(
 def _step_precision(precision: str, device: torch.device) -> str:
     """``fp32`` or ``bf16``: what the steps' forward passes run in (``auto`` resolved for
     ``device``; ``bf16`` where bfloat16 is emulated warns once, as a training run does)."""
-    from lmc.config.precision import resolve_precision
-
     if device.type not in ("cpu", "cuda"):
         if precision == "bf16":
             raise LmcError(f"precision 'bf16' needs a CPU or CUDA device, not {device.type!r}")
@@ -464,6 +476,129 @@ def _autocast(precision: str, device: torch.device):
     if precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------------------------
+# the method's record: ``learned``
+
+
+def _align(job: AlignJob, **settings: Any) -> MethodOutput:
+    result = learned_alignment(
+        job.symmetry, job.model_a, job.model_b, job.inputs, job.labels, seed=job.seed,
+        quiet=job.quiet, task=job.task, **settings,
+    )  # fmt: skip
+    extras = {
+        "learned_groups": list(result.learned_groups),
+        "learned_initial_loss": result.initial_loss,
+        "learned_best_loss": result.best_loss,
+        "learned_best_step": result.best_step,
+        "learned_train_losses": list(result.train_losses),
+        "learned_holdout": result.holdout,
+        "learned_steps_taken": result.steps_taken,
+        "learned_precision": result.precision,
+        "distance_from_closed_form": result.distance_from_closed_form,
+        "distance_from_permutation": {
+            g: distance_from_permutation(result.alignment[g])
+            for g in result.learned_groups
+            if result.alignment[g].kind == "orthogonal" and result.alignment[g].heads == 1
+        },
+    }
+    return MethodOutput(result.alignment, extras)
+
+
+METHOD = register_method(
+    AlignmentMethod(
+        "learned",
+        _align,
+        "learned orthogonal alignment of pre-LN transformers: from the orthogonal closed "
+        "form, stream and within-head rotations trained on the path's loss at sampled "
+        "lambdas (the best on held-out examples kept)",
+        settings=(
+            MethodSetting("steps", 200, "Adam steps (0: the closed form)", minimum=0),
+            MethodSetting(
+                "lr",
+                1e-2,
+                "Adam learning rate (with schedule cosine: its start)",
+                type=float,
+                positive=True,
+            ),
+            MethodSetting(
+                "schedule",
+                "constant",
+                "the learning rate over the steps: constant, or a half cosine from lr to 0",
+                type=str,
+                choices=("constant", "cosine"),
+                legacy="constant",
+            ),
+            MethodSetting("batch_size", 64, "training batch size", minimum=1),
+            MethodSetting(
+                "lambda_batch",
+                1,
+                "values of lambda per step, stratified over the path, each on its slice "
+                "of the batch (1: one lambda per step)",
+                minimum=1,
+                legacy=1,
+            ),
+            MethodSetting(
+                "lambdas",
+                "uniform",
+                "where on the path each step's loss is taken: uniform (a fresh lambda in "
+                "[0, 1] per step) or midpoint (1/2)",
+                type=str,
+                choices=("uniform", "midpoint"),
+            ),
+            MethodSetting(
+                "heads", True, "also learn maps within each head (see head_maps)", type=bool
+            ),
+            MethodSetting(
+                "head_maps",
+                "orthogonal",
+                "the maps learned within heads: orthogonal, or invertible (q/k and v/out "
+                "admit any invertible map)",
+                type=str,
+                choices=("orthogonal", "invertible"),
+            ),
+            MethodSetting(
+                "holdout",
+                None,
+                "training examples held out to pick the best map (none: min(1024, 20% of "
+                "the examples))",
+                minimum=1,
+                optional=True,
+            ),
+            MethodSetting(
+                "evals",
+                10,
+                "judgements of the map on the held-out examples after the closed form's: "
+                "every steps // evals steps and at the end",
+                minimum=1,
+                legacy=10,
+            ),
+            MethodSetting(
+                "patience",
+                0,
+                "stop after this many held-out judgements in a row without improvement "
+                "(0: take every step)",
+                minimum=0,
+                legacy=0,
+            ),
+            MethodSetting(
+                "precision",
+                "fp32",
+                "the steps' forward passes: fp32, bf16 (bfloat16 autocast) or auto (bf16 "
+                "where native and faster); the maps and their judgement stay float32",
+                type=str,
+                choices=("fp32", "bf16", "auto"),
+                legacy="fp32",
+            ),
+            MethodSetting("max_iter", 20, "the closed form's most rounds", minimum=1),
+        ),
+        needs_labels=True,
+        canonical=True,
+        order=80,
+        summary="from `orthogonal`, stream and within-head rotations trained on the path's loss",
+    )
+)
 
 
 __all__ = [

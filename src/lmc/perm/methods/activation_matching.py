@@ -23,9 +23,9 @@ variance (dead ReLUs) get correlation 0 with everything instead of NaN.
 Attention heads (``spec.heads``): a nested group's features are its ``H * d`` flat units (for
 the q/k dims, the outputs of the q and k projections, pooled; for the v/o dims, the input of
 the output projection); the head group and its nested groups are assigned together by
-:func:`lmc.perm.heads.nested_assignment` on the blocks of their correlation matrices. Heads
-inside a module the tracer does not enter (``nn.MultiheadAttention``) have no features and
-stay the identity, with a warning.
+:func:`lmc.perm.symmetries.head_permutations.nested_assignment` on the blocks of their correlation
+matrices. Heads inside a module the tracer does not enter (``nn.MultiheadAttention``) have no
+features and stay the identity, with a warning.
 """
 
 from __future__ import annotations
@@ -41,12 +41,20 @@ from torch import fx, nn
 from lmc.config import LmcError, progress
 from lmc.models import eval_mode, module_device
 
-from .heads import nested_assignment, nested_of
-from .lap import linear_assignment
-from .ops import MatchResult, identity_permutation
-from .spec import PermutationSpec
-from .trace import trace_model
-from .trace.walk import graph_for
+from ..solvers.assignment import linear_assignment
+from ..symmetries.head_permutations import nested_assignment, nested_of
+from ..symmetries.permutation_spec import PermutationSpec
+from ..symmetries.permutations import MatchResult, identity_permutation
+from ..symmetries.trace import trace_model
+from ..symmetries.trace.walk import graph_for
+from .registry import (
+    AlignJob,
+    AlignmentMethod,
+    MethodOutput,
+    MethodSetting,
+    MethodStyle,
+    register_method,
+)
 
 #: What activation matching matches; ``METHODS`` is its older name.
 STATISTICS = ("correlation", "covariance")
@@ -258,9 +266,9 @@ def assign_groups(
     spec: PermutationSpec, matrices: dict[str, torch.Tensor], skip: Iterable[str] = ()
 ) -> dict[str, torch.Tensor]:
     """Permutations from per-group similarity ``matrices`` (rows: A's units): one assignment
-    per plain group, :func:`lmc.perm.heads.nested_assignment` for a head group with the groups
-    nested in it; the identity where a group has no matrix (heads: with a warning), and for
-    the groups in ``skip`` (solved otherwise by the caller)."""
+    per plain group, :func:`lmc.perm.symmetries.head_permutations.nested_assignment` for a head
+    group with the groups nested in it; the identity where a group has no matrix (heads: with a
+    warning), and for the groups in ``skip`` (solved otherwise by the caller)."""
     skip = set(skip)
     sizes = spec.group_sizes
     nested = nested_of(spec.heads)
@@ -320,3 +328,68 @@ def activation_matching(
         examples=features.examples,
         points={g: tuple(p[0] for p in pts) for g, pts in features.points.items()},
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the method's record: ``activation``
+
+
+def feature_settings(
+    statistic: str = "what is matched: the cross-correlation or the cross-covariance of units",
+) -> tuple[MethodSetting, ...]:
+    """The settings of the methods that read features (activation matching, orthogonal
+    activation matching); ``statistic``: the meaning of the ``statistic`` setting."""
+    return (
+        MethodSetting(
+            "batch_size",
+            256,
+            "batch size of the statistics pass",
+            minimum=1,
+            affects_result=False,
+        ),  # fmt: skip
+        MethodSetting(
+            "statistic",
+            "correlation",
+            statistic,
+            type=str,
+            choices=STATISTICS,
+        ),
+        MethodSetting(
+            "max_examples",
+            None,
+            "at most this many of the training examples it is given (none: all)",
+            minimum=1,
+            optional=True,
+        ),
+    )
+
+
+def _align(
+    job: AlignJob, *, batch_size: int, statistic: str, max_examples: int | None
+) -> MethodOutput:
+    data = job.inputs if max_examples is None else job.inputs[:max_examples]
+    am = activation_matching(
+        job.spec,
+        job.model_a,
+        job.model_b,
+        data,
+        batch_size=batch_size,
+        method=statistic,
+        quiet=job.quiet,
+    )
+    return MethodOutput(am.perm, {"examples": am.examples})
+
+
+METHOD = register_method(
+    AlignmentMethod(
+        "activation",
+        _align,
+        "activation matching: one assignment per layer on the correlation of A's and B's "
+        "features over training examples",
+        settings=feature_settings(),
+        needs_data=True,
+        label="activation matching",
+        order=40,
+        style=MethodStyle("#009E73", "^"),
+    )
+)

@@ -1,8 +1,8 @@
 """A narrow transformer written exactly into a wider one's architecture (issue 30 item 4).
 
 To merge a narrow model into a wide one, the narrow one is first embedded isometrically: a
-model of the wide architecture, in the canonical form (:mod:`lmc.perm.canonical`), that
-computes the narrow model's function. For zoo ``gpt`` (width w, h heads of d_h dims, MLP
+model of the wide architecture, in the canonical form (:mod:`lmc.perm.symmetries.canonical_form`),
+that computes the narrow model's function. For zoo ``gpt`` (width w, h heads of d_h dims, MLP
 hidden m) into width W ≥ w, H ≥ h heads of D_h ≥ d_h dims, MLP hidden M ≥ m (same vocabulary,
 context, depth, activation and bias):
 
@@ -44,9 +44,8 @@ from torch import nn
 from lmc.config import LmcError
 from lmc.models import MODELS
 
-from .canonical import canonical_skeleton, canonicalize, is_canonical, stream_layout
-from .orthogonal_match import default_orthogonal_groups
-from .symmetry import SymmetrySpec, symmetry_spec
+from .canonical_form import canonical_skeleton, canonicalize, is_canonical, stream_layout
+from .symmetry_spec import SymmetrySpec, default_orthogonal_groups, symmetry_spec
 
 
 def widenable_models() -> tuple[str, ...]:

@@ -1,15 +1,15 @@
 """Maps within attention heads where the permutation spec keeps the head dims in place.
 
 The tracer leaves the dims within heads in place where a permutation of them would change the
-function (:mod:`lmc.perm.trace`): q/k under rotary embeddings (a permutation commutes with
-RoPE only if it maps each frequency plane to itself), and, with grouped-query attention, the
+function (:mod:`lmc.perm.symmetries.trace`): q/k under rotary embeddings (a permutation commutes
+with RoPE only if it maps each frequency plane to itself), and, with grouped-query attention, the
 q/k and v/o dims of a key/value head that its query heads read. Such a spec segment belongs to
 the head group (``Segment(head group, heads, repeat = tiles · d)``: each head's ``d`` dims, once
 per query head that reads it). Larger groups than permutations still act there:
 
 - q/k under RoPE: per head, per frequency plane (dims ``p`` and ``p + d/2``, the ``rotate_half``
   convention), one rotation and scaling on q and its inverse transpose on k
-  (:class:`lmc.perm.transforms.RopePlanes`, kind ``rope``; Tran et al., ICML 2026);
+  (:class:`lmc.perm.symmetries.transforms.RopePlanes`, kind ``rope``; Tran et al., ICML 2026);
 - q/k without RoPE and v/o, with grouped-query attention: any invertible map per key/value
   head, shared by the query heads that read it (kind ``invertible``).
 
@@ -36,7 +36,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .spec import PermutationSpec
+from .permutation_spec import PermutationSpec
+from .residual_stream import _as_double, _randomised
 from .transforms import Invertible, RopePlanes, Transform, act_tiled
 
 #: relative change of the output below which a candidate map is taken to keep the function
@@ -146,8 +147,6 @@ def find_within_groups(
     heads_of = {g: next(iter(ds)) for g, ds in dims.items() if len(ds) == 1 and next(iter(ds)) > 1}
     if not heads_of:
         return {}
-    from .stream import _as_double, _randomised
-
     copy_ = _randomised(model)
     state = {k: v.detach() for k, v in copy_.state_dict().items()}
     inputs = _as_double(example_input if isinstance(example_input, tuple) else (example_input,))

@@ -21,8 +21,8 @@ Speed (``benchmarks/weight_matching.py`` measures it against Git Re-Basin's loop
   a full product, and a term whose permutations were not replaced is skipped outright;
 - a group whose ``S_g`` did not change since its last assignment is not solved again (the
   answer would be the same);
-- the assignment solver (:mod:`lmc.perm.lap`, every one exact): ``solver="auto"`` (the
-  default) is lapx's Jonker–Volgenant (``pip install 'lmc[fast]'``) on groups of 32 units or
+- the assignment solver (:mod:`lmc.perm.solvers.assignment`, every one exact): ``solver="auto"``
+  (the default) is lapx's Jonker–Volgenant (``pip install 'lmc[fast]'``) on groups of 32 units or
   more where lapx is installed and passes its check against SciPy (measured 2.5–4x faster
   there), else SciPy's dense ``linear_sum_assignment`` (``solver="scipy"``, what every
   committed result ran with). ``solver="sparse"`` (a certified
@@ -43,7 +43,8 @@ Attention heads (``spec.heads``): a head group and the groups nested in it (the 
 dims of one attention layer) are one coordinate. Its step scores every (head of A, head of B)
 pair by the best within-head assignment of each nested group on that pair's ``d x d`` block of
 ``S_g`` (plus ``S_head`` where whole heads index a tensor), solves one assignment over heads and
-keeps the within-head assignments of the chosen pairs (:func:`lmc.perm.heads.nested_assignment`).
+keeps the within-head assignments of the chosen pairs
+(:func:`lmc.perm.symmetries.head_permutations.nested_assignment`).
 
 Products run on the tensors' device in their precision (float32 for float32 weights) and are
 accumulated into ``S_g`` in float64.
@@ -56,6 +57,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -63,16 +65,24 @@ from lmc.config import LmcError, check_finite, check_int
 from lmc.config.progress import complete, progress_bar
 from lmc.models.compare import check_same_architecture
 
-from .heads import head_value, nested_assignment, nested_of
-from .lap import Assignment, resolve_solver, solve_assignment
-from .ops import (
+from ..solvers.assignment import SOLVERS, Assignment, resolve_solver, solve_assignment
+from ..symmetries.head_permutations import head_value, nested_assignment, nested_of
+from ..symmetries.permutation_spec import AxisEntry, PermutationSpec, axis_index
+from ..symmetries.permutations import (
     MatchResult,
     WorkBuffer,
     check_permutation,
     identity_permutation,
     matching_objective,
 )
-from .spec import AxisEntry, PermutationSpec, axis_index
+from .registry import (
+    AlignJob,
+    AlignmentMethod,
+    MethodOutput,
+    MethodSetting,
+    MethodStyle,
+    register_method,
+)
 
 
 @dataclass
@@ -221,7 +231,7 @@ class SimilarityMatrices:
 
     def assignment_work(self, group: str) -> torch.Tensor:
         """A kept float64 CPU buffer for the assignment solver on ``S_group``
-        (:func:`lmc.perm.lap.solve_assignment`'s ``work``)."""
+        (:func:`lmc.perm.solvers.assignment.solve_assignment`'s ``work``)."""
         return self._assignment.get((self.sizes[group] ** 2,), torch.float64)
 
     def _accumulate(self, s: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -340,8 +350,8 @@ class WeightMatchingResult(MatchResult):
     order of seed ``seed + r``); ``best_restart``: the index of the one returned (the first
     of the best); ``restart_seconds``: each restart's time. ``start``: ``identity``,
     ``onepass`` or ``given`` (``init_perm``); ``solver``: the assignment solver as it ran here
-    (:func:`lmc.perm.lap.resolve_solver`: ``auto`` only where lapx could run, so that its
-    groups of 32 units or more were lapx's; ``scipy`` for ``auto`` without lapx).
+    (:func:`lmc.perm.solvers.assignment.resolve_solver`: ``auto`` only where lapx could run, so that
+    its groups of 32 units or more were lapx's; ``scipy`` for ``auto`` without lapx).
     """
 
     objective_before: float
@@ -397,16 +407,18 @@ def weight_matching(
     time of one run (restart 0 is exactly the single run, so K restarts never end lower).
     ``solver``: ``auto`` (default: ``lapx`` for groups of 32 units or more where it is
     installed and checked, else ``scipy``), ``scipy``, ``lapx`` or ``sparse`` (the certified
-    warm-started solver of :mod:`lmc.perm.lap` for groups of 1024 units or more, SciPy's
-    below; measured slower);
-    all give exact optima, and may break exact ties differently (:mod:`lmc.perm.lap`). The
-    one-pass start uses the same solver. Head groups' assignments are always SciPy's.
+    warm-started solver of :mod:`lmc.perm.solvers.assignment` for groups of 1024 units or more,
+    SciPy's below; measured slower);
+    all give exact optima, and may break exact ties differently
+    (:mod:`lmc.perm.solvers.assignment`). The one-pass start uses the same solver. Head groups'
+    assignments are always SciPy's.
 
     ``similarity_bytes``: the most memory the kept similarity matrices (float64, n² × 8 bytes
     per group) may hold; ``None`` (default) keeps every group's between visits. Under a limit
     the least recently visited are released and rebuilt in full at their next visit: more
     products, the same answer up to float rounding. A model with many wide groups needs it
-    (GPT-2-large: 36 MLP groups of 5120 units, 7.5 GB; :func:`lmc.perm.files.match_files`).
+    (GPT-2-large: 36 MLP groups of 5120 units, 7.5 GB;
+    :func:`lmc.perm.methods.weight_matching_files.match_files`).
 
     Returns a :class:`WeightMatchingResult`: ``result.perm`` (group -> int64 CPU tensor) is
     such that ``apply_permutation(spec, result.perm, state_b)`` has B's units in A's order;
@@ -665,3 +677,73 @@ def _one_pass(
             dev_perm[m] = p.to(sim.device)
         decided |= members
     return perm, assignments, sim, complete
+
+
+# ---------------------------------------------------------------------------------------------
+# the method's record: ``weight``
+
+
+def _align(job: AlignJob, **settings: Any) -> MethodOutput:
+    wm = weight_matching(
+        job.spec, job.state_a, job.state_b, seed=job.seed, quiet=job.quiet, **settings
+    )
+    extras = {
+        "solver": wm.solver,
+        "passes": wm.passes,
+        "assignments": wm.assignments,
+        "converged": wm.converged,
+        "objective_per_pass": list(wm.objective_per_pass),
+    }
+    if settings["restarts"] > 1:
+        extras.update(restart_objectives=list(wm.restart_objectives), best_restart=wm.best_restart)
+    return MethodOutput(wm.perm, extras)
+
+
+METHOD = register_method(
+    AlignmentMethod(
+        "weight",
+        _align,
+        "weight matching: coordinate descent on sum <theta_A, pi(theta_B)> (data-free)",
+        settings=(
+            MethodSetting("max_iter", 100, "most coordinate-descent passes", minimum=1),
+            MethodSetting(
+                "tol",
+                1e-4,
+                "stop after a pass that raises the matching objective by at most this fraction "
+                "(0: run until a pass changes nothing)",
+                type=float,
+                minimum=0.0,
+            ),
+            MethodSetting(
+                "init",
+                "onepass",
+                "the start: Git Re-Basin's greedy one-pass answer (higher objectives in less time "
+                "on the benchmark MLPs) or the identity (Git Re-Basin's own start)",
+                type=str,
+                choices=tuple(sorted(INITS, key=lambda init: init != "onepass")),
+                legacy="identity",
+            ),
+            MethodSetting(
+                "restarts",
+                1,
+                "run from K visiting orders and keep the highest objective (about K times the "
+                "time)",
+                minimum=1,
+                legacy=1,
+            ),
+            MethodSetting(
+                "solver",
+                "auto",
+                "the exact linear-assignment solver: auto (lapx on groups of 32 units or more "
+                "where it is installed, else scipy), scipy, lapx or sparse; they may break exact "
+                "ties differently",
+                type=str,
+                choices=tuple(SOLVERS),
+                legacy="scipy",
+            ),
+        ),
+        label="weight matching",
+        order=20,
+        style=MethodStyle("#D55E00", "s"),
+    )
+)

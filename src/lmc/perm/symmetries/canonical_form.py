@@ -34,14 +34,14 @@ state-dict names are the original ones minus the norms' parameters plus any adde
 canonical state into it); :func:`canonical_state` the folded state alone.
 
 Which tensors write the stream, which norms read it and which layers read each norm is read
-off the model's traced graph (:mod:`lmc.perm.stream`), not its class: any transformer whose
-stream is read through LayerNorms (with or without gain and bias) or RMSNorms (with or without
-gain; no centring then: RMSNorm has no mean), whatever their classes, also inside the wrapper the
-CLI puts around a ``--hf-model`` (:class:`lmc.models.factory.HFLogits`: names prefixed ``hf.``).
-Every function takes an optional ``example_input`` to trace with (default: one made from the
-model, :func:`lmc.perm.examples.example_input`). A model whose stream is normalised in place
-(post-LN, as BERT) or written or read by something lmc cannot fold is refused with an
-``LmcError`` naming the module and why.
+off the model's traced graph (:mod:`lmc.perm.symmetries.residual_stream`), not its class: any
+transformer whose stream is read through LayerNorms (with or without gain and bias) or RMSNorms
+(with or without gain; no centring then: RMSNorm has no mean), whatever their classes, also inside
+the wrapper the CLI puts around a ``--hf-model`` (:class:`lmc.models.factory.HFLogits`: names
+prefixed ``hf.``). Every function takes an optional ``example_input`` to trace with (default: one
+made from the model, :func:`lmc.perm.symmetries.example_inputs.example_input`). A model whose stream
+is normalised in place (post-LN, as BERT) or written or read by something lmc cannot fold is refused
+with an ``LmcError`` naming the module and why.
 """
 
 from __future__ import annotations
@@ -54,14 +54,15 @@ from torch import nn
 
 from lmc.config import LmcError
 
-from .examples import unwrap
-from .stream import NormSite, Reader, StreamLayout, traced_layout
+from .example_inputs import unwrap
+from .residual_stream import NormSite, Reader, StreamLayout, traced_layout
 
 
 def stream_layout(model: nn.Module, example_input: Any = None) -> StreamLayout:
     """The :class:`StreamLayout` of a pre-norm transformer (or of its canonical form), read
-    off its traced graph on ``example_input`` (:func:`lmc.perm.stream.traced_layout`; also
-    inside lmc's Hugging Face wrapper, names prefixed).
+    off its traced graph on ``example_input``
+    (:func:`lmc.perm.symmetries.residual_stream.traced_layout`; also inside lmc's Hugging Face
+    wrapper, names prefixed).
 
     ``LmcError`` for any other model (convolutional nets; post-LN models such as BERT, whose
     norms sit on the stream itself and cannot be folded this way), naming what is in the way.

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from importlib import metadata
 
 import numpy as np
 import torch
@@ -205,8 +206,6 @@ def lapx_problem() -> str | None:
     distribution (``pip install 'lmc[fast]'``; it installs the module ``lap``, which the older
     ``lap`` package also provides, so the distribution is what is checked), and its answers on
     :func:`_check_matrices` must reach SciPy's optimum (a broken build is never used)."""
-    from importlib import metadata
-
     try:
         version = metadata.version("lapx")
     except metadata.PackageNotFoundError:

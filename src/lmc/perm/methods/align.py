@@ -14,12 +14,13 @@ from lmc.data.tasks import get_task
 from lmc.models import module_device
 from lmc.models.compare import check_same_architecture
 
-from .alignment_map import Alignment
-from .methods import AlignJob, all_methods, get_method, method_names
-from .ops import Perm, matching_objective, moved_fraction
-from .spec import PermutationSpec
-from .symmetry import SymmetrySpec, symmetry_spec
-from .trace import spec_from_model
+from ..symmetries.alignment_map import Alignment
+from ..symmetries.canonical_form import canonicalize, is_canonical
+from ..symmetries.permutation_spec import PermutationSpec
+from ..symmetries.permutations import Perm, matching_objective, moved_fraction
+from ..symmetries.symmetry_spec import SymmetrySpec, symmetry_spec
+from ..symmetries.trace import spec_from_model
+from .registry import AlignJob, all_methods, get_method, method_names
 
 #: The built-in methods (:func:`lmc.perm.methods.method_names` lists every registered one).
 METHODS = tuple(m for m in method_names() if m != "none") + ("none",)
@@ -34,16 +35,16 @@ SETTINGS: dict[str, dict[str, Any]] = {
 class AlignResult:
     """What :func:`align` returns.
 
-    ``alignment``: group -> transform (:class:`~lmc.perm.alignment_map.Alignment`), to apply to
-    B; ``perm``: the same as a permutation dict (group -> int64 index tensor, new unit i = old
-    unit p[i]) when every transform is a permutation (``LmcError`` otherwise);
+    ``alignment``: group -> transform (:class:`~lmc.perm.symmetries.alignment_map.Alignment`), to
+    apply to B; ``perm``: the same as a permutation dict (group -> int64 index tensor, new unit i =
+    old unit p[i]) when every transform is a permutation (``LmcError`` otherwise);
     ``state_dict``: B's full state (parameters and buffers) with the alignment applied;
     ``spec``: the permutation spec used; ``info``: ``method``, ``seed``, ``objective_before``
     and ``objective_after`` (Σ⟨θ_A, T(θ_B)⟩ at the identity and after the alignment),
     ``moved_fraction`` (permutation groups -> fraction of units moved), ``kinds`` (group ->
     transform kind), ``seconds``, ``settings`` and method-specific extras; ``symmetry``: the
-    axis roles (a :class:`~lmc.perm.symmetry.SymmetrySpec`) when some transform is not a
-    permutation, ``None`` otherwise; ``models``: for a method that aligns canonical forms
+    axis roles (a :class:`~lmc.perm.symmetries.symmetry_spec.SymmetrySpec`) when some transform is
+    not a permutation, ``None`` otherwise; ``models``: for a method that aligns canonical forms
     (``AlignmentMethod.canonical``), the canonical ``(A, B)`` it aligned (:mod:`lmc.perm.
     canonical`: the same functions as the given models, other parameters): ``state_dict``,
     ``spec`` and :meth:`apply` are then in the canonical architecture; ``None`` otherwise.
@@ -103,8 +104,6 @@ def align(
     check_same_architecture(model_a, model_b, purpose="alignment")
     canonical_pair = None
     if record.canonical:  # the method works in the canonical form: align that
-        from .canonical import canonicalize, is_canonical
-
         example = (
             inputs[:2].to(module_device(model_a)) if isinstance(inputs, torch.Tensor) else None
         )

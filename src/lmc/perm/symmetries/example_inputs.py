@@ -1,8 +1,8 @@
 """A small input batch a model accepts, made from the model itself (to trace it).
 
-:func:`lmc.perm.canonicalize` and :func:`lmc.perm.canonical.stream_layout` read a model's stream
-off its traced graph, which needs an example input; callers that do not pass one get one from
-here. What the model tells: the zoo's token models (``gpt``, ``llama``: ``vocab`` and
+:func:`lmc.perm.canonicalize` and :func:`lmc.perm.symmetries.canonical_form.stream_layout` read a
+model's stream off its traced graph, which needs an example input; callers that do not pass one get
+one from here. What the model tells: the zoo's token models (``gpt``, ``llama``: ``vocab`` and
 ``context``), image models (``vit``: ``in_channels`` and ``image_size``) and vector models
 (``input_size``), a Hugging Face
 model's config (``vocab_size`` with ``max_position_embeddings`` / ``n_positions``; or
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError
+from lmc.models.factory import HFLogits
 
 #: The longest token window made for a model whose context is longer (shapes only matter).
 MAX_TOKENS = 16
@@ -45,8 +46,6 @@ def unwrap(model: nn.Module) -> tuple[nn.Module, str]:
     """``(inner, prefix)``: the library model inside a wrapper lmc puts around it
     (:class:`lmc.models.factory.HFLogits`, whose Hugging Face model is ``hf``) and the prefix
     of its names in the wrapper (``"hf."``); ``(model, "")`` for any other model."""
-    from lmc.models.factory import HFLogits
-
     if isinstance(model, HFLogits):
         inner, prefix = unwrap(model.hf)
         return inner, f"hf.{prefix}"

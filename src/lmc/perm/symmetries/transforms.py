@@ -1,8 +1,9 @@
 """Symmetry transforms of one group of units: permutation, orthogonal, invertible.
 
 A transform ``T`` of a group of ``n`` units is an invertible ``n x n`` matrix ``M``; applying
-it maps the units' coordinates ``u -> M u``. The convention extends :mod:`lmc.perm.ops`'s:
-a :class:`Permutation` ``p`` is ``M[i, p[i]] = 1`` (new unit ``i`` = old unit ``p[i]``).
+it maps the units' coordinates ``u -> M u``. The convention extends
+:mod:`lmc.perm.symmetries.permutations`'s: a :class:`Permutation` ``p`` is ``M[i, p[i]] = 1`` (new
+unit ``i`` = old unit ``p[i]``).
 
 Kinds, each a special case of the next (``KINDS``):
 
@@ -17,7 +18,8 @@ Orthogonal and invertible maps are *head-structured*: ``H`` heads of ``d = n / H
 ``(a, head[a])`` equal to ``blocks[a]``. ``H = 1`` is a dense map (the residual stream);
 ``H > 1`` a map within each head that may also reorder whole heads (q/k, v/o).
 
-How one axis of a tensor transforms depends on its *role* (see :mod:`lmc.perm.symmetry`):
+How one axis of a tensor transforms depends on its *role* (see
+:mod:`lmc.perm.symmetries.symmetry_spec`):
 
 - ``out`` (covariant): the axis holds coordinates of the units -- a layer's output rows, its
   bias, an embedding's features, the q side of q/k: ``x -> M x``;
@@ -47,10 +49,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 from lmc.config import LmcError
+from lmc.store import load_tensors, save_tensors
 
-from .heads import compose_heads, split_heads
+from .head_permutations import compose_heads, split_heads
 
 KINDS = ("permutation", "orthogonal", "invertible")
 #: Kinds restricted in structure as well as in generality: ``rope`` (per frequency plane of a
@@ -153,8 +157,6 @@ class Transform(ABC):
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the transform to a ``.safetensors`` file (JSON description in its metadata)."""
-        from lmc.store import save_tensors
-
         save_tensors(path, self.to_tensors(), metadata={METADATA_KEY: json.dumps(self.to_json())})
 
     @staticmethod
@@ -173,10 +175,6 @@ def read_tensor_file(
     path: str | os.PathLike, key: str
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
     """A safetensors file's tensors and the JSON stored under metadata ``key`` (or ``None``)."""
-    from safetensors import SafetensorError, safe_open
-
-    from lmc.store import load_tensors
-
     tensors = load_tensors(path)
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -399,7 +397,7 @@ class _LinearMap(Transform):
         if role == "norm":
             raise LmcError(
                 f"an elementwise (norm) parameter admits permutations only, not a {self.kind} "
-                "map: canonicalise the transformer first (lmc.perm.canonical)"
+                "map: canonicalise the transformer first (lmc.perm.canonicalize)"
             )
         _check_axis(x, axis, self.size * repeat)
         blocks = self._blocks if role == "out" else self.dual_blocks()

@@ -24,7 +24,8 @@ that criterion.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,9 +35,17 @@ from lmc.config import LmcError, progress
 from lmc.data.tasks import Task, get_task
 from lmc.models import module_device, preserved_modes
 
-from .ops import MatchResult, Perm, apply_permutation
-from .spec import PermutationSpec
-from .weight_match import weight_matching
+from ..symmetries.permutation_spec import PermutationSpec
+from ..symmetries.permutations import MatchResult, Perm, apply_permutation
+from .registry import (
+    AlignJob,
+    AlignmentMethod,
+    MethodOutput,
+    MethodSetting,
+    MethodStyle,
+    register_method,
+)
+from .weight_matching import weight_matching
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,3 +241,60 @@ def ste_matching(
         steps=steps,
         train_mode=train_mode,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the method's record: ``ste``
+
+
+def _align(job: AlignJob, **settings: Any) -> MethodOutput:
+    ste = ste_matching(
+        job.spec,
+        job.model_a,
+        job.model_b,
+        job.inputs,
+        job.labels,
+        seed=job.seed,
+        quiet=job.quiet,
+        task=job.task,
+        **settings,
+    )
+    extras = {}
+    for f in fields(ste):
+        if f.name != "perm":
+            value = getattr(ste, f.name)
+            extras[f"ste_{f.name}"] = list(value) if isinstance(value, tuple) else value
+    return MethodOutput(ste.perm, extras)
+
+
+METHOD = register_method(
+    AlignmentMethod(
+        "ste",
+        _align,
+        "straight-through estimator: learns the permutation whose midpoint with A has low "
+        "training loss (the best one seen is kept, weight matching's included)",
+        settings=(
+            MethodSetting(
+                "steps", 200, "Adam steps (0: the weight-matching start, untrained)", minimum=0
+            ),
+            MethodSetting("lr", 1e-3, "Adam learning rate", type=float, positive=True),
+            MethodSetting("batch_size", 128, "training batch size", minimum=1),
+            MethodSetting(
+                "holdout",
+                None,
+                "training examples held out to pick the best permutation (none: "
+                "min(1024, 20% of the examples))",
+                minimum=1,
+                optional=True,
+            ),
+            MethodSetting("max_iter", 100, "weight matching's most passes", minimum=1),
+            MethodSetting(
+                "tol", 1e-4, "weight matching's stopping fraction", type=float, minimum=0.0
+            ),
+        ),
+        needs_labels=True,
+        label="straight-through estimator",
+        order=50,
+        style=MethodStyle("#CC79A7", "D"),
+    )
+)

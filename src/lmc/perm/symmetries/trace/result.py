@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec import PermutationSpec, Segment
+from ..permutation_spec import PermutationSpec, Segment
 from .state import UNBOUND, LayerRecord, Layout, Seg, TraceState
 
 
@@ -28,8 +28,8 @@ from .state import UNBOUND, LayerRecord, Layout, Seg, TraceState
 class TraceResult:
     """The derived spec plus what activation matching needs: where each weight reads/writes.
 
-    Also what the stream layout (:mod:`lmc.perm.stream`) and the within-head groups
-    (:mod:`lmc.perm.within_heads`) read off the walk: ``graph``, the graph walked;
+    Also what the stream layout (:mod:`lmc.perm.symmetries.residual_stream`) and the within-head
+    groups (:mod:`lmc.perm.symmetries.within_heads`) read off the walk: ``graph``, the graph walked;
     ``node_groups``, for every node whose value carries permuted units, ``(dim, groups)``
     (``dim``: the unit dim of a plain layout, ``None`` for heads, tuples and stacks; the spec's
     group names it carries); ``collapsed``, for every spec segment that is a head group's

@@ -1,6 +1,6 @@
 """The result of an alignment: one transform per symmetry group, whatever its kind.
 
-An :class:`Alignment` maps each group name of a spec to a :class:`~lmc.perm.transforms.
+An :class:`Alignment` maps each group name of a spec to a :class:`~lmc.perm.symmetries.transforms.
 Transform` (a permutation, an orthogonal or an invertible map). It is what B needs so that
 its units line up with A's: ``alignment.apply(spec, state_b)``. Today's permutation dicts
 (``dict[str, LongTensor]``, :func:`lmc.perm.weight_matching`'s ``result.perm``) convert with
@@ -8,8 +8,8 @@ its units line up with A's: ``alignment.apply(spec, state_b)``. Today's permutat
 alignment of permutations gives exactly what :func:`lmc.perm.apply_permutation` gives.
 
 ``spec`` is a :class:`~lmc.perm.PermutationSpec` (enough for permutations) or a
-:class:`~lmc.perm.symmetry.SymmetrySpec` (needed for any other kind: it says how each axis
-transforms, its role, and which kinds each group admits). Groups nested in a head group
+:class:`~lmc.perm.symmetries.symmetry_spec.SymmetrySpec` (needed for any other kind: it says how
+each axis transforms, its role, and which kinds each group admits). Groups nested in a head group
 (``spec.heads``) must move whole heads as the head group's permutation says: a nested
 permutation is block-structured by it, a nested linear map has that many heads and that head
 order.
@@ -31,11 +31,12 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError
+from lmc.store import save_tensors
 
-from .heads import check_nested, compose_heads, split_heads
-from .ops import check_permutation
-from .spec import AxisEntry, PermutationSpec, axis_index
-from .symmetry import SymmetrySpec
+from .head_permutations import check_nested, compose_heads, split_heads
+from .permutation_spec import AxisEntry, PermutationSpec, axis_index
+from .permutations import MatchResult, check_permutation
+from .symmetry_spec import SymmetrySpec
 from .transforms import (
     Invertible,
     Orthogonal,
@@ -104,8 +105,6 @@ class Alignment(Mapping[str, Transform]):
     @classmethod
     def from_permutation(cls, perm: Mapping[str, torch.Tensor]) -> Alignment:
         """An alignment of permutations from ``lmc.perm``'s ``dict[str, LongTensor]``."""
-        from .ops import MatchResult
-
         if isinstance(perm, MatchResult):
             raise LmcError(f"got a {type(perm).__name__}: pass its .perm")
         return cls({g: Permutation(p) for g, p in perm.items()})
@@ -155,7 +154,7 @@ class Alignment(Mapping[str, Transform]):
             if sym is None:
                 raise LmcError(
                     f"group {g!r} has a {t.kind} transform: applying it needs a SymmetrySpec "
-                    "(axis roles), not a bare PermutationSpec (see lmc.perm.symmetry)"
+                    "(axis roles), not a bare PermutationSpec (see lmc.perm.symmetry_spec)"
                 )
             if kind_rank(t.kind) > kind_rank(sym.kinds[g]):
                 raise LmcError(
@@ -311,8 +310,6 @@ class Alignment(Mapping[str, Transform]):
     def save(self, path: str | os.PathLike) -> None:
         """Write the alignment to a ``.safetensors`` file, atomically (see the module
         docstring)."""
-        from lmc.store import save_tensors
-
         tensors, meta = self.to_tensors()
         save_tensors(path, tensors, metadata={METADATA_KEY: json.dumps(meta, sort_keys=True)})
 
@@ -357,7 +354,7 @@ def random_alignment(spec: SymmetrySpec, seed: int, kind: str = "invertible") ->
     ``kind="permutation"`` this is exactly :func:`lmc.perm.random_permutation`'s permutation.
     """
     if not isinstance(spec, SymmetrySpec):
-        raise LmcError("random_alignment needs a SymmetrySpec (lmc.perm.symmetry.symmetry_spec)")
+        raise LmcError("random_alignment needs a SymmetrySpec (lmc.perm.symmetry_spec)")
     cap = kind_rank(kind)
     gen = torch.Generator().manual_seed(int(seed))
     heads, sizes = spec.heads, spec.group_sizes

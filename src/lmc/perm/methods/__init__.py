@@ -1,0 +1,66 @@
+"""Alignment methods: the registry (:mod:`.registry`), ``align`` (:mod:`.align`, the one entry
+point that runs a registered method) and one module per built-in method, holding its algorithm
+and its record (:class:`AlignmentMethod`: settings, what it reads, label, order, style).
+
+A built-in method is its module here and one import line below: the modules register their
+records when imported, and the order of the imports is the registration order
+(:func:`method_names`: what ``lmc align --help`` lists). A method's module may import another
+method's (``ste`` starts from weight matching; ``learned`` from ``orthogonal``), so each comes
+after the methods it imports. A plug-in calls :func:`register_method` from its own module.
+
+The other modules: :mod:`.weight_matching_reference` (the whole of weight matching on one
+screen, which the fast path is tested against) and :mod:`.weight_matching_files` (weight
+matching of two safetensors files, read lazily).
+"""
+
+from __future__ import annotations
+
+# the built-in methods, in registration order (each module registers its record)
+# isort: off
+from . import (  # noqa: F401  (imported to register them)
+    identity,  # none
+    canonical_control,  # canonical
+    weight_matching,  # weight
+    activation_matching,  # activation
+    straight_through,  # ste
+    random_permutation,  # random
+    one_pass_matching,  # onepass
+    orthogonal_weight_matching,  # orthogonal
+    learned_alignment,  # learned
+    orthogonal_activation_matching,  # orthogonal-activation
+)
+
+# isort: on
+from .registry import (
+    CANONICAL_CONTROL,
+    NO_LEGACY,
+    AlignJob,
+    AlignmentMethod,
+    MethodOutput,
+    MethodSetting,
+    MethodStyle,
+    all_methods,
+    canonical_control_note,
+    get_method,
+    method_names,
+    register_method,
+    study_keys,
+    unregister_method,
+)
+
+__all__ = [
+    "NO_LEGACY",
+    "AlignJob",
+    "CANONICAL_CONTROL",
+    "AlignmentMethod",
+    "MethodOutput",
+    "MethodSetting",
+    "MethodStyle",
+    "all_methods",
+    "canonical_control_note",
+    "get_method",
+    "method_names",
+    "register_method",
+    "study_keys",
+    "unregister_method",
+]
