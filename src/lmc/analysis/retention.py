@@ -355,7 +355,7 @@ def run_decay(run: Run, train_size: int | None = None, **options: Any) -> dict[s
 
 def run_retention(run: Run, train_size: int | None = None, **options: Any) -> dict[str, Any]:
     """Retention of a stored training run: :func:`run_decay`'s keys plus ``layers``, its
-    :func:`retention` per weight (W_0 rebuilt from its config, W_T its stored state).
+    :func:`init_retention` per weight (W_0 rebuilt from its config, W_T its stored state).
     ``options``: ``data_dir`` for reading the training-set size when ``train_size`` is not
     given."""
     layers = state_retention(run.state_dict(), initial_state(run.config))

@@ -1,11 +1,14 @@
-"""Permute model B's units to line up with model A's, and store the result as a new run.
+"""Align model B's units to model A's, and store the result as a new run.
 
-Methods: weight (weight matching: data-free coordinate descent on Σ<W_A, P W_B P_prevᵀ>),
-activation (one assignment per layer on the correlation of the two models' features over
-training examples), ste (straight-through estimator: learns the permutation that lowers the
-midpoint's training loss; the best one seen is kept, weight matching's included) and random
-(a uniformly random valid permutation: the control). The permutation spec is derived from
-the architecture with torch.fx.
+--method takes any registered alignment method (its help lists them all). Permutations:
+weight (weight matching: data-free coordinate descent on Σ<W_A, P W_B P_prevᵀ>), onepass (Git
+Re-Basin's greedy one-pass matching), activation (one assignment per layer on the correlation
+of the two models' features over training examples), ste (straight-through estimator: learns
+the permutation that lowers the midpoint's training loss; the best one seen is kept, weight
+matching's included) and random (a uniformly random valid permutation: the control). Beyond
+permutations (pre-LN transformers, in the canonical form): orthogonal, orthogonal-activation,
+learned, and canonical (their control: no alignment). The symmetry spec is derived from the
+architecture with torch.fx.
 
 The aligned B is written as a new run (kind "aligned") whose config names both source runs
 and every setting that changes the result; the permutation is saved beside it as
@@ -28,11 +31,8 @@ from lmc.config import LmcError
 from lmc.perm.methods import get_method, method_names
 
 from .common import (
-    add_data_options,
-    add_device_option,
     add_model_options,
-    add_output_options,
-    add_runs_dir_option,
+    add_run_options,
     device_from,
     emit_json,
     load_inputs,
@@ -107,10 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --model-factory/--hf-model (required there): where the aligned B's weights "
         "go; the permutation goes beside it as FILE.perm.safetensors and FILE.perm.json",
     )
-    add_runs_dir_option(parser)
-    add_data_options(parser)
-    add_device_option(parser)
-    add_output_options(parser)
+    add_run_options(parser)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -32,17 +32,14 @@ from lmc.merge import BN_MODES
 from lmc.store import jsonable
 
 from .common import (
-    add_data_options,
-    add_device_option,
     add_lambdas_option,
-    add_output_options,
     add_pair_arguments,
-    add_runs_dir_option,
+    add_run_options,
     emit_json,
     load_inputs,
+    pair_alignment,
     parse_float_list,
 )
-from .method_flags import given_settings
 
 #: The printed table's columns: (title, record key), generated from the layerwise metric
 #: records (lmc.analysis.layer_metrics: a column's ``title``; a metric registered later is
@@ -208,10 +205,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", default=None, help="folder for layers.csv, summary.json and figures"
     )
-    add_runs_dir_option(parser)
-    add_data_options(parser)
-    add_device_option(parser)
-    add_output_options(parser)
+    add_run_options(parser)
 
 
 def settings_from_args(args: argparse.Namespace):
@@ -224,16 +218,7 @@ def settings_from_args(args: argparse.Namespace):
         batch_size=args.batch_size,
         bn=args.bn,
     )
-    return PairSettings(
-        align=args.align,
-        align_examples=args.align_examples or None,
-        align_options=given_settings(args, args.align),
-        seed=args.seed,
-        split=args.split,
-        path=None,
-        analysis=analysis,
-        widen=args.widen,
-    )
+    return PairSettings(**pair_alignment(args), path=None, analysis=analysis)
 
 
 def run(args: argparse.Namespace) -> int:

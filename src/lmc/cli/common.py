@@ -1,4 +1,7 @@
-"""Options and helpers shared by the verbs of the ``lmc`` command."""
+"""Options and helpers shared by the verbs of the ``lmc`` command.
+
+Building options imports neither torch nor the library (``lmc VERB --help`` stays light): the
+helpers that load runs, data or models import what they need when called."""
 
 from __future__ import annotations
 
@@ -6,12 +9,13 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
+from lmc.config import LmcError
 
-from lmc.config import LmcError, resolve_device
-from lmc.store import jsonable
+if TYPE_CHECKING:
+    import torch
 
 
 def add_device_option(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +50,62 @@ def add_runs_dir_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: what ``--log`` writes: nothing, or TensorBoard events
+LOGS = ("none", "tensorboard")
+
+
+def add_log_options(parser: argparse.ArgumentParser, default_dir: str) -> None:
+    """``--log {none,tensorboard}`` and ``--log-dir DIR`` (shared with ``lmc sweep``)."""
+    group = parser.add_argument_group("logging")
+    group.add_argument(
+        "--log",
+        default="none",
+        choices=LOGS,
+        help="tensorboard: write each trained epoch's scalars (train/loss, test/accuracy, "
+        "train/lr, ...) as TensorBoard events into LOG_DIR/<run folder name>; a reused run "
+        "writes none. Needs the tensorboard package (pip install 'lmc[tensorboard]')",
+    )
+    group.add_argument(
+        "--log-dir",
+        default=None,
+        metavar="LOG_DIR",
+        help=f"where --log tensorboard writes (default: {default_dir}); "
+        "view with: tensorboard --logdir LOG_DIR",
+    )
+
+
+def log_dir_from(args: argparse.Namespace, default: Path) -> Path | None:
+    """The TensorBoard folder the flags ask for (``None`` without ``--log tensorboard``),
+    checked before any work: the package is installed and the folder is not a file."""
+    if getattr(args, "log", "none") == "none":
+        if getattr(args, "log_dir", None) is not None:
+            raise LmcError("--log-dir needs --log tensorboard")
+        return None
+    from lmc.train.tblog import check_log_dir, require_tensorboard
+
+    require_tensorboard()
+    return check_log_dir(args.log_dir if args.log_dir is not None else default)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options every verb that measures stored runs ends with: --runs-dir, --data-dir and
+    --download, --device, then --json and --quiet."""
+    add_runs_dir_option(parser)
+    add_data_options(parser)
+    add_device_option(parser)
+    add_output_options(parser)
+
+
 def device_from(args: argparse.Namespace) -> torch.device:
+    from lmc.config import resolve_device
+
     return resolve_device(getattr(args, "device", "auto"))
 
 
 def emit_json(obj: Any) -> None:
     """Print ``obj`` as one JSON object on stdout (non-finite floats become null)."""
+    from lmc.store import jsonable
+
     sys.stdout.write(json.dumps(jsonable(obj), sort_keys=True) + "\n")
     sys.stdout.flush()
 
@@ -253,6 +307,22 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_options(parser)
 
 
+def pair_alignment(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of :class:`lmc.pair.PairSettings` that :func:`add_pair_arguments`' flags
+    give (the alignment, its examples and settings, the seed, the split, --widen), shared by
+    every pair verb."""
+    from .method_flags import given_settings
+
+    return {
+        "align": args.align,
+        "align_examples": args.align_examples or None,
+        "align_options": given_settings(args, args.align),
+        "seed": args.seed,
+        "split": args.split,
+        "widen": args.widen,
+    }
+
+
 def add_lambdas_option(
     parser: argparse.ArgumentParser, default: str, help: str, *, count: bool = False
 ) -> None:
@@ -398,6 +468,8 @@ def check_data_fits(model, data, source: str) -> None:
     least the data's ``num_classes`` (per example: ``(2, C)``; per position of a window:
     ``(2, T, V)``, ``V`` the vocabulary); any other task checks the output itself
     (:meth:`lmc.data.Task.check`)."""
+    import torch
+
     from lmc.models import eval_mode
 
     task = data.task_spec

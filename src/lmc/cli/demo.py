@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmc.experiments import load_study
-
 from .common import add_device_option
 from .sweep import add_execution_options, execute, finish
 
@@ -30,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lmc.experiments import load_study
+
     study, text = load_study(RECIPE)
     out = Path(args.out)
     args.runs_dir = args.runs_dir or str(out / "runs")

@@ -24,17 +24,14 @@ from typing import Any
 from lmc.config import environment_info
 
 from .common import (
-    add_data_options,
-    add_device_option,
     add_lambdas_option,
-    add_output_options,
     add_pair_arguments,
-    add_runs_dir_option,
+    add_run_options,
     emit_json,
     load_inputs,
+    pair_alignment,
     parse_float_list,
 )
-from .method_flags import given_settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,10 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="output folder; unset: ./interpolations/<RUN_A>__<RUN_B>[__<align>]",
     )
-    add_runs_dir_option(parser)
-    add_data_options(parser)
-    add_device_option(parser)
-    add_output_options(parser)
+    add_run_options(parser)
 
 
 def parse_lambdas(text: str) -> int | list[float]:
@@ -162,16 +156,11 @@ def settings_from_args(args: argparse.Namespace):
         quiet=args.quiet,
     )
     return PairSettings(
-        align=args.align,
-        align_examples=args.align_examples or None,
-        align_options=given_settings(args, args.align),
-        seed=args.seed,
-        split=args.split,
+        **pair_alignment(args),
         max_examples=args.max_examples,
         path=path,
         baseline=args.baseline,
         stitch=args.stitch,
-        widen=args.widen,
     )
 
 

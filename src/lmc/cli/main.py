@@ -21,7 +21,7 @@ from lmc import __version__
 # verb -> (module under lmc.cli, one-line help). Modules are imported only when needed.
 VERBS: dict[str, tuple[str, str]] = {
     "train": ("train", "train one model into the run store"),
-    "align": ("align", "permute model B to match model A (weight/activation matching, STE)"),
+    "align": ("align", "align model B to model A (weight, activation, STE, orthogonal, ...)"),
     "interpolate": ("interpolate", "evaluate the linear path between two runs; barriers"),
     "curve": ("curve", "fit a Bézier curve or chain between two runs; the line beside it"),
     "merge": ("merge", "merge N runs into one (Git Re-Basin merge-many, App. A.10)"),

@@ -38,10 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    add_data_options,
-    add_device_option,
-    add_output_options,
-    add_runs_dir_option,
+    add_run_options,
     device_from,
     emit_json,
     resolve_run,
@@ -120,10 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "split) or none (keep the averages)",
     )
     parser.add_argument("--out", default=None, help="folder for a merge.json summary")
-    add_runs_dir_option(parser)
-    add_data_options(parser)
-    add_device_option(parser)
-    add_output_options(parser)
+    add_run_options(parser)
     add_method_options(parser, skip=OWN_SETTINGS)
 
 

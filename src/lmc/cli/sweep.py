@@ -18,12 +18,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from lmc.experiments import RunOptions, list_recipes, load_study, make_executor, run_study
-from lmc.perm.methods import canonical_control_note
-from lmc.train.runs import DEFAULT_THREADS
+from lmc.config.threads import DEFAULT_THREADS
 
-from .common import add_data_options, add_device_option, add_runs_dir_option, emit_json
-from .train import add_log_options, log_dir_from
+from .common import (
+    add_data_options,
+    add_device_option,
+    add_log_options,
+    add_runs_dir_option,
+    emit_json,
+    log_dir_from,
+)
+from .recipes import recipe_names
 
 
 def add_execution_options(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "study",
         metavar="STUDY",
-        help="a study TOML file, or a packaged recipe: " + ", ".join(list_recipes()),
+        help="a study TOML file, or a packaged recipe: " + ", ".join(recipe_names()),
     )
     parser.add_argument("--out", default=None, help="output folder (default: results/<study name>)")
     add_execution_options(parser)
@@ -83,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(study: dict, text: str | None, out: Path, args: argparse.Namespace) -> dict:
     """Run the study and (unless --no-report) write its report; shared with ``lmc demo``."""
+    from lmc.experiments import RunOptions, make_executor, run_study
+
     from .common import device_from
 
     log_dir = log_dir_from(args, out / "tb")
@@ -132,6 +139,8 @@ def finish(record: dict, out: Path, args: argparse.Namespace) -> int:
 
 def _control_notes(study: dict) -> list[str]:
     """A note per study (or variant) that lists a canonical method without its control."""
+    from lmc.perm.methods import canonical_control_note
+
     notes = []
     for sub in [v["study"] for v in study.get("variants", [])] or [study]:
         merge, sweep = sub.get("merge") or {}, sub.get("sweep") or {}
@@ -143,6 +152,8 @@ def _control_notes(study: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lmc.experiments import load_study
+
     study, text = load_study(args.study)
     if not args.quiet:
         for note in _control_notes(study):

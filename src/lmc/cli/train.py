@@ -34,16 +34,17 @@ from lmc.train import (
     train_run,
 )
 from lmc.train.runs import DEFAULT_THREADS, check_threads, torch_threads
-from lmc.train.tblog import check_log_dir, require_tensorboard
 
 from .common import (
     add_data_options,
     add_device_option,
+    add_log_options,
     add_output_options,
     add_runs_dir_option,
     dataset_for_config,
     device_from,
     emit_json,
+    log_dir_from,
     resolve_run,
 )
 
@@ -312,40 +313,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "them)",
     )
     add_output_options(parser)
-
-
-LOGS = ("none", "tensorboard")
-
-
-def add_log_options(parser: argparse.ArgumentParser, default_dir: str) -> None:
-    """``--log {none,tensorboard}`` and ``--log-dir DIR`` (shared with ``lmc sweep``)."""
-    group = parser.add_argument_group("logging")
-    group.add_argument(
-        "--log",
-        default="none",
-        choices=LOGS,
-        help="tensorboard: write each trained epoch's scalars (train/loss, test/accuracy, "
-        "train/lr, ...) as TensorBoard events into LOG_DIR/<run folder name>; a reused run "
-        "writes none. Needs the tensorboard package (pip install 'lmc[tensorboard]')",
-    )
-    group.add_argument(
-        "--log-dir",
-        default=None,
-        metavar="LOG_DIR",
-        help=f"where --log tensorboard writes (default: {default_dir}); "
-        "view with: tensorboard --logdir LOG_DIR",
-    )
-
-
-def log_dir_from(args: argparse.Namespace, default: Path) -> Path | None:
-    """The TensorBoard folder the flags ask for (``None`` without ``--log tensorboard``),
-    checked before any work: the package is installed and the folder is not a file."""
-    if getattr(args, "log", "none") == "none":
-        if getattr(args, "log_dir", None) is not None:
-            raise LmcError("--log-dir needs --log tensorboard")
-        return None
-    require_tensorboard()
-    return check_log_dir(args.log_dir if args.log_dir is not None else default)
 
 
 def model_options_from_args(args: argparse.Namespace) -> dict:

@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 from lmc.config import LmcError, progress
-from lmc.store import STATUSES, default_runs_dir, run_folders, verify_run
 
 from .common import add_output_options, add_runs_dir_option, emit_json
 
@@ -42,6 +41,8 @@ def _resolve(text: str, store: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lmc.store import STATUSES, default_runs_dir, run_folders, verify_run
+
     store = Path(args.runs_dir) if args.runs_dir is not None else default_runs_dir()
     folders = [_resolve(t, store) for t in args.runs] if args.runs else run_folders(store)
     checks = [

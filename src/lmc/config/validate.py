@@ -79,6 +79,17 @@ def check_lambda(value: Any, name: str = "lambda") -> float:
     return check_number(name, value, minimum=0.0, maximum=1.0)
 
 
+def nonfinite_count(tensor: torch.Tensor) -> int:
+    """How many values of a floating (or complex) tensor are NaN or inf; 0 for an empty one.
+
+    A NaN or inf anywhere makes the sum NaN or inf, so a finite sum proves every value finite
+    without a mask the size of the tensor; a non-finite sum (which may also be an overflow of
+    finite values) is settled by counting."""
+    if not tensor.numel() or bool(torch.isfinite(tensor.sum())):
+        return 0
+    return int((~torch.isfinite(tensor)).sum())
+
+
 def check_finite(name: str, value: torch.Tensor | Mapping[str, Any]) -> None:
     """``LmcError`` if a tensor (or any floating tensor of a state dict) holds NaN or inf,
     naming the tensor and how many values."""
@@ -90,12 +101,7 @@ def check_finite(name: str, value: torch.Tensor | Mapping[str, Any]) -> None:
     if not isinstance(value, torch.Tensor):
         raise LmcError(f"{name} must be a tensor, got {type(value).__name__}")
     if value.is_floating_point() or value.is_complex():
-        # a NaN or inf anywhere makes the sum NaN or inf, so a finite sum proves every value
-        # finite without a mask the size of the tensor; a non-finite sum (which may also be an
-        # overflow of finite values) is settled by counting
-        if value.numel() and bool(torch.isfinite(value.sum())):
-            return
-        bad = int((~torch.isfinite(value)).sum())
+        bad = nonfinite_count(value)
         if bad:
             raise LmcError(
                 f"{name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf) of "

@@ -101,11 +101,6 @@ def file_digest(path: str | os.PathLike, algorithm: str = "md5") -> str:
     return digest.hexdigest()
 
 
-def md5_file(path: str | os.PathLike) -> str:
-    """Hex MD5 digest of a file, read in chunks."""
-    return file_digest(path, "md5")
-
-
 def fetch(url: str, dest: str | os.PathLike, md5: str, *, algorithm: str = "md5") -> Path:
     """Download ``url`` to ``dest`` atomically, refusing it unless its checksum is ``md5``
     (the hex digest of ``algorithm``: MD5 by default, ``"sha256"`` for SHA-256).

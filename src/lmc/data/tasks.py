@@ -300,11 +300,6 @@ def get_task(task: str | Task | None = None) -> Task:
     return found
 
 
-def task_names() -> list[str]:
-    """The registered tasks' names, sorted."""
-    return sorted(TASKS)
-
-
 #: One class label per example (the image datasets): output (N, C), target (N,).
 CLASSIFICATION = register_task(
     Task("classification", 1, "one class label per example: output (N, C), target (N,)")

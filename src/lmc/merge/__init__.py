@@ -4,8 +4,7 @@ Path convention (docs/science.md): theta(lam) = (1 - lam) * theta_A + lam * thet
 
 - :func:`lerp`, :func:`lerp_into`, :func:`lerp_stack`, :func:`average`: state-dict arithmetic
   (floating entries interpolated, integer buffers from the first model; names/shapes checked
-  by :func:`lmc.models.compare.check_same_architecture`, re-exported here under its old name
-  ``check_compatible``).
+  by :func:`lmc.models.compare.check_same_architecture`).
 - :func:`merge_many`: N models, optionally aligned to a reference by weight matching, or by
   Git Re-Basin's iterative merge-many (:func:`merge_many_iterative`, App. A.10).
 - :func:`reset_batchnorm`, :func:`repair`, :func:`has_batchnorm`, :func:`resolve_bn_mode`:
@@ -15,8 +14,6 @@ Path convention (docs/science.md): theta(lam) = (1 - lam) * theta_A + lam * thet
   model (:mod:`lmc.merge.curves`, :mod:`lmc.merge.curve_fit`); :func:`save_curve` /
   :func:`load_curve` store the control point as a run.
 """
-
-from lmc.models.compare import check_same_architecture as check_compatible  # its old name
 
 from .batchnorm import (
     BN_MODES,
@@ -56,7 +53,6 @@ __all__ = [
     "batchnorm_modules",
     "bn_aware_merge",
     "batchnorm_output_stats",
-    "check_compatible",
     "curve_config",
     "curve_config_for_runs",
     "endpoint_record",

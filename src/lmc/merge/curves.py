@@ -25,7 +25,6 @@ B, bit for bit, and a chain at t = ½ gives θ_C), because terms of weight 0 are
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from torch import nn
 
 from lmc.config import LmcError, check_lambda
 from lmc.models.compare import check_same_architecture
+from lmc.store import tensors_digest
 
 from .batchnorm import reset_batchnorm, resolve_bn_mode
 from .interpolate import StateDict, lerp
@@ -198,14 +198,9 @@ def midpoint_control(
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     """SHA-256 (hex) over every entry's name, dtype, shape and bytes, in name order: names a
-    state dict in a curve's config and binds a checkpoint to its endpoints."""
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().to("cpu").contiguous()
-        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        if t.numel():
-            h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
-    return h.hexdigest()
+    state dict in a curve's config and binds a checkpoint to its endpoints
+    (:func:`lmc.store.tensors_digest`)."""
+    return tensors_digest(state)
 
 
 class Curve:

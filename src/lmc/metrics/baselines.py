@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 import torch
 
 from lmc.config import LmcError
-from lmc.merge import check_compatible
 from lmc.merge.interpolate import StateDict
+from lmc.models.compare import check_same_architecture
 
 #: Buffers that are statistics of the data, not weights: never moved (``reset`` recomputes them).
 STATISTIC_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
@@ -67,7 +67,7 @@ def random_direction_state(
 
     Returns a new state dict with A's dtypes and devices.
     """
-    check_compatible(state_a, state_b)
+    check_same_architecture(state_a, state_b)
     names = moved_entries(state_a, parameter_names)
     if not names:
         raise LmcError("the random-direction baseline found no float parameters to move")

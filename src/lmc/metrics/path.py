@@ -73,13 +73,12 @@ from lmc.config import LmcError, LmcWarning, check_finite
 from lmc.data.tasks import Task, get_task
 from lmc.merge import (
     batchnorm_output_stats,
-    check_compatible,
     lerp_into,
     repair,
     reset_batchnorm,
     resolve_bn_mode,
 )
-from lmc.models import eval_mode, module_device
+from lmc.models import check_same_architecture, eval_mode, module_device
 
 from .calibration import calibration_split
 from .engine import ENGINES, METHODS, auto_batch_size, model_logits, select_engine
@@ -225,7 +224,7 @@ def _endpoint_states(
     if state_b is None:
         state_b = model_b.state_dict()
     state_b = {k: v.detach() for k, v in state_b.items()}
-    check_compatible(state_a, state_b)
+    check_same_architecture(state_a, state_b)
     return state_a, {k: v.to(state_a[k].device) for k, v in state_b.items()}
 
 

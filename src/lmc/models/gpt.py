@@ -16,12 +16,12 @@ from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
     HEADS_OPTION,
-    LAYERS_PER_BLOCK,
     TIED_OPTION,
     TokenIdsCheck,
     block_probe_points,
     check_transformer,
     complete_transformer,
+    logits_probe_point,
     make_blocks,
     token_window_inputs,
 )
@@ -121,16 +121,7 @@ class GPT(nn.Module):
         :func:`lmc.models.transformer.block_probe_points`: tokens are positions), then the
         ``logits`` (n, T, vocab), also in the tokens layout (vocab entries as units)."""
         points = block_probe_points(self.depth)
-        points.append(
-            ProbePoint(
-                "logits",
-                LAYERS_PER_BLOCK * self.depth + 2,
-                "logits",
-                "head",
-                "head",
-                layout="tokens",
-            )
-        )
+        points.append(logits_probe_point(self.depth, layout="tokens"))
         return points
 
 

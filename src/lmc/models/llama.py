@@ -51,14 +51,15 @@ from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
     HEADS_OPTION,
-    LAYERS_PER_BLOCK,
     TIED_OPTION,
     Attention,
     TokenIdsCheck,
     block_probe_points,
+    check_number_above,
     check_transformer,
     complete_transformer,
     hidden_units,
+    logits_probe_point,
     token_window_inputs,
 )
 
@@ -113,14 +114,7 @@ def check_llama(name: str, options: Mapping[str, Any]) -> None:
             )
     if "tied" in options and not isinstance(options["tied"], bool):
         raise LmcError(f"{name}: tied must be true or false, got {options['tied']!r}")
-    theta = options.get("rope_theta")
-    if theta is not None and (
-        isinstance(theta, bool)
-        or not isinstance(theta, (int, float))
-        or not math.isfinite(theta)
-        or theta <= 1
-    ):
-        raise LmcError(f"{name}: rope_theta must be a number above 1, got {theta!r}")
+    check_number_above(name, options, "rope_theta", 1, "a number above 1")
 
 
 def complete_llama(options: dict[str, Any]) -> dict[str, Any]:
@@ -343,16 +337,7 @@ class Llama(nn.Module):
                     preactivation=f"{base}.act",
                 )
             points.append(point)
-        points.append(
-            ProbePoint(
-                "logits",
-                LAYERS_PER_BLOCK * self.depth + 2,
-                "logits",
-                "head",
-                "head",
-                layout="tokens",
-            )
-        )
+        points.append(logits_probe_point(self.depth, layout="tokens"))
         return points
 
 

@@ -35,6 +35,21 @@ def hidden_units(width: int, mlp_ratio: float) -> int:
     return max(1, int(round(width * mlp_ratio)))
 
 
+def check_number_above(
+    name: str, options: Mapping[str, Any], key: str, bound: float, what: str
+) -> None:
+    """``LmcError`` unless option ``key`` is unset or a finite number above ``bound`` (not a
+    bool); ``what`` says so in the message (``a positive number``)."""
+    value = options.get(key)
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= bound
+    ):
+        raise LmcError(f"{name}: {key} must be {what}, got {value!r}")
+
+
 def check_transformer(name: str, options: Mapping[str, Any]) -> None:
     """``LmcError`` for the options every zoo transformer shares (``width``, ``heads``,
     ``mlp_ratio``); ``options`` hold the registry defaults under the given ones."""
@@ -43,14 +58,7 @@ def check_transformer(name: str, options: Mapping[str, Any]) -> None:
         raise LmcError(
             f"{name}: width (the embedding dimension, {width}) must be divisible by heads ({heads})"
         )
-    ratio = options.get("mlp_ratio")
-    if ratio is not None and (
-        isinstance(ratio, bool)
-        or not isinstance(ratio, (int, float))
-        or not math.isfinite(ratio)
-        or ratio <= 0
-    ):
-        raise LmcError(f"{name}: mlp_ratio must be a positive number, got {ratio!r}")
+    check_number_above(name, options, "mlp_ratio", 0, "a positive number")
 
 
 def complete_transformer(options: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +197,15 @@ def make_blocks(
             )
             for _ in range(depth)
         ]
+    )
+
+
+def logits_probe_point(depth: int, layout: str = "channels") -> ProbePoint:
+    """The ``logits`` probe point of a zoo transformer of ``depth`` blocks: the ``head``'s
+    output, layer 4 depth + 2 (see :func:`block_probe_points`); ``layout`` ``tokens`` for a
+    language model's (n, T, vocab), ``channels`` for a classifier's (n, classes)."""
+    return ProbePoint(
+        "logits", LAYERS_PER_BLOCK * depth + 2, "logits", "head", "head", layout=layout
     )
 
 

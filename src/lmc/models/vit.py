@@ -16,10 +16,10 @@ from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
     HEADS_OPTION,
-    LAYERS_PER_BLOCK,
     block_probe_points,
     check_transformer,
     complete_transformer,
+    logits_probe_point,
     make_blocks,
 )
 
@@ -191,9 +191,7 @@ class ViT(nn.Module):
         :func:`lmc.models.transformer.block_probe_points`: tokens are positions), then the
         ``logits`` (n, classes)."""
         points = block_probe_points(self.depth)
-        points.append(
-            ProbePoint("logits", LAYERS_PER_BLOCK * self.depth + 2, "logits", "head", "head")
-        )
+        points.append(logits_probe_point(self.depth))
         return points
 
 

@@ -21,7 +21,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -370,6 +370,18 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise LmcError(f"{path} is not valid JSON ({exc}); delete it and re-run") from exc
+
+
+def tensors_digest(tensors: Mapping[str, torch.Tensor], header: str = "") -> str:
+    """SHA-256 (hex) over ``header`` (UTF-8), then each tensor's name, dtype, shape and bytes
+    in name order (on CPU, contiguous): the same tensors give the same digest on any device."""
+    h = hashlib.sha256(header.encode())
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        if t.numel():
+            h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()
 
 
 def save_tensors(

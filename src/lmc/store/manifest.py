@@ -55,11 +55,6 @@ class DamagedRunError(LmcError):
         super().__init__(f"{self.file} is damaged: {reason}")
 
 
-def file_record(data: bytes) -> dict[str, Any]:
-    """``{"size", "sha256"}`` of bytes about to be written (or just read)."""
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
 def write_manifest(run_dir: str | os.PathLike, records: dict[str, dict[str, Any]]) -> None:
     """Write ``manifest.json`` (atomically) listing ``records``: file name -> size, SHA-256."""
     write_json(

@@ -49,6 +49,7 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from lmc.config import LmcError, LmcWarning, check_regular_file, config_hash
+from lmc.config.validate import nonfinite_count
 from lmc.data.loaders import ALL_DATASETS, dataset_task
 from lmc.data.tasks import CLASSIFICATION
 
@@ -356,11 +357,9 @@ def check_finite_weights(state: dict[str, torch.Tensor], source: str | os.PathLi
     barrier worth reporting (NaN everywhere on the path), so they are refused where a run is
     loaded, not measured. Integer tensors (counters) are not checked."""
     for key, tensor in state.items():
-        if not (tensor.is_floating_point() or tensor.is_complex()) or tensor.numel() == 0:
+        if not (tensor.is_floating_point() or tensor.is_complex()):
             continue
-        if bool(torch.isfinite(tensor.sum())):  # a finite sum: every value finite
-            continue
-        bad = int((~torch.isfinite(tensor)).sum())
+        bad = nonfinite_count(tensor)
         if bad:
             raise LmcError(
                 f"{source}: tensor {key!r} holds {bad} non-finite value{'s' if bad > 1 else ''} "

@@ -17,7 +17,6 @@ in a checkpoint's place (a FIFO, a folder) is an ``LmcError``: lmc never waits o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
@@ -31,7 +30,7 @@ from safetensors.torch import load
 from torch import nn
 
 from lmc.config import LmcError, LmcWarning, check_regular_file, read_regular_bytes
-from lmc.store import read_json, save_tensors
+from lmc.store import read_json, save_tensors, tensors_digest
 
 CHECKPOINT_TENSORS = "checkpoint.safetensors"
 CHECKPOINT_META = "checkpoint.json"  # only in checkpoints of older versions
@@ -67,13 +66,7 @@ def unflatten_optimizer(tensors: Mapping[str, torch.Tensor], meta: Mapping[str, 
 
 def _digest(meta_json: str, tensors: dict[str, torch.Tensor]) -> str:
     """SHA-256 over the metadata JSON and each tensor's name, dtype, shape and bytes."""
-    h = hashlib.sha256(meta_json.encode())
-    for name in sorted(tensors):
-        t = tensors[name].detach().to("cpu").contiguous()
-        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        if t.numel():
-            h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
-    return h.hexdigest()
+    return tensors_digest(tensors, meta_json)
 
 
 def save_checkpoint(

@@ -1,5 +1,6 @@
 """Store-backed training: configs, reuse of finished runs, resume, spawning; the one PyTorch
-thread count every entry point trains with (:data:`DEFAULT_THREADS`)."""
+thread count every entry point trains with (:data:`DEFAULT_THREADS`, defined in
+:mod:`lmc.config.threads` and re-exported here)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from lmc.config import LmcError, environment_info
+from lmc.config.threads import DEFAULT_THREADS, check_threads  # noqa: F401  (its home before)
 from lmc.data import TASKS, Dataset, canonical_name, load
 from lmc.data import dataset_options as recorded_dataset_options
 from lmc.data.text import PATH_OPTIONS, TEXT_DATASETS, absolute_paths, with_recorded_paths
@@ -33,27 +35,8 @@ from .loop import fit
 from .settings import TrainSettings
 from .tblog import TensorBoardLogger, chain_hooks, check_log_dir, require_tensorboard
 
-#: PyTorch CPU threads a training run uses unless told otherwise. ``lmc train`` (``--threads``)
-#: and every sweep job (``lmc sweep --threads``, :mod:`lmc.experiments.executors`) take their
-#: default from here, so one config gives the same weights, bit for bit, whichever command
-#: trained it: on CPU the thread count changes how matrix products and reductions are split,
-#: so float rounding (and after a few steps the weights) differs between thread counts. The
-#: count is not part of a run's config (adding it would rename every stored run); a run
-#: trained with another count lands in the same folder with other last bits.
-DEFAULT_THREADS = 1
-
-
 #: the tokenizer of a text run (its character vocabulary), saved beside the weights
 TOKENIZER_FILE = "tokenizer.json"
-
-
-def check_threads(threads: Any) -> int:
-    """``threads`` as a positive int (``None``: :data:`DEFAULT_THREADS`), or ``LmcError``."""
-    if threads is None:
-        return DEFAULT_THREADS
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise LmcError(f"threads must be a positive whole number, got {threads!r}")
-    return threads
 
 
 @contextmanager
