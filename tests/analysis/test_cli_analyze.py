@@ -32,25 +32,9 @@ def runs(tmp_path):
 def test_json_and_files(runs, tmp_path, capsys):
     store, a, b = runs
     out = tmp_path / "out"
-    code = main(
-        [
-            "analyze",
-            str(a.path),
-            str(b.path),
-            "--json",
-            "--quiet",
-            "--lam",
-            "0.25,0.5",
-            "--max-examples",
-            "100",
-            "--batch-size",
-            "32",
-            "--out",
-            str(out),
-            "--device",
-            "cpu",
-        ]
-    )
+    argv = ["analyze", str(a.path), str(b.path), "--json", "--quiet", "--lam", "0.25,0.5"]
+    argv += ["--max-examples", "100", "--batch-size", "32", "--out", str(out), "--device", "cpu"]
+    code = main(argv)
     assert code == 0
     captured = capsys.readouterr()
     payload = json.loads(captured.out)  # exactly one JSON object on stdout
@@ -135,20 +119,8 @@ def test_align_weight_undoes_a_permutation(runs, capsys):
     b = store.save(config, permuted, {})
 
     def analyse(*extra):
-        code = main(
-            [
-                "analyze",
-                str(a.path),
-                str(b.path),
-                "--json",
-                "--quiet",
-                "--device",
-                "cpu",
-                "--max-examples",
-                "200",
-                *extra,
-            ]
-        )
+        argv = ["analyze", str(a.path), str(b.path), "--json", "--quiet", "--device", "cpu"]
+        code = main([*argv, "--max-examples", "200", *extra])
         assert code == 0
         return json.loads(capsys.readouterr().out)
 

@@ -142,12 +142,18 @@ def trained_mlp(digits):
     return model.eval()
 
 
-def test_permuted_copy_needs_alignment(digits, trained_mlp):
-    depth = 2
-    a = trained_mlp
-    permuted, perms = _permute_mlp(a.state_dict(), depth, seed=7)
-    b = build("mlp", input_size=64, width=48, depth=depth)
+def _permuted_copy(a: torch.nn.Module, seed: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """A copy of ``trained_mlp`` (depth 2, width 48) with its hidden units permuted from
+    ``seed``, and the permutations."""
+    permuted, perms = _permute_mlp(a.state_dict(), 2, seed=seed)
+    b = build("mlp", input_size=64, width=48, depth=2)
     b.load_state_dict(permuted)
+    return b, perms
+
+
+def test_permuted_copy_needs_alignment(digits, trained_mlp):
+    a = trained_mlp
+    b, perms = _permuted_copy(a, seed=7)
     x = digits.x_test
     plain = layerwise(a, b, x, lam=0.5)
     hidden = [r for r in plain if r["kind"] == "hidden"]
@@ -156,7 +162,7 @@ def test_permuted_copy_needs_alignment(digits, trained_mlp):
     logits = plain[-1]
     assert logits["endpoint_cosine"] == pytest.approx(1.0, abs=1e-5)  # same function
 
-    aligned = _unpermute_mlp(b.state_dict(), perms, depth)
+    aligned = _unpermute_mlp(b.state_dict(), perms, 2)
     for r in layerwise(a, b, x, lam=[0.5, 0.8], state_b=aligned):
         assert r["endpoint_cosine"] == pytest.approx(1.0, abs=1e-6)
         assert r["llfc_cosine"] == pytest.approx(1.0, abs=1e-6)
@@ -167,11 +173,8 @@ def test_permuted_copy_aligned_by_lmc_perm_weight_matching(digits, trained_mlp):
     """The same, with lmc.perm's weight matching finding the permutation."""
     import lmc.perm as perm
 
-    depth = 2
     a = trained_mlp
-    permuted, _ = _permute_mlp(a.state_dict(), depth, seed=11)
-    b = build("mlp", input_size=64, width=48, depth=depth)
-    b.load_state_dict(permuted)
+    b, _ = _permuted_copy(a, seed=11)
     x = digits.x_test
     spec = perm.spec_from_model(a, x[:2])
     found = perm.weight_matching(spec, a.state_dict(), b.state_dict(), seed=0).perm

@@ -3,8 +3,6 @@ seconds and their ratio, for an MLP and a GPT."""
 
 from __future__ import annotations
 
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,11 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
          "--context", "6", "--vocab", "11", "--heads", "2", "--depth", "1"],
     ],
 )  # fmt: skip
-def test_curve_fit_benchmark_prints_the_ratio_per_width(monkeypatch, capsys, extra):
-    argv = ["curve_fit.py", "--repeats", "1", "--kind", "chain", *extra]
-    monkeypatch.setattr(sys, "argv", argv)
-    runpy.run_path(str(ROOT / "benchmarks" / "curve_fit.py"), run_name="__main__")
-    lines = capsys.readouterr().out.splitlines()
+def test_curve_fit_benchmark_prints_the_ratio_per_width(run_benchmark, extra):
+    lines = run_benchmark("curve_fit", "--repeats", "1", "--kind", "chain", *extra).splitlines()
     assert "steps/epoch" in lines[0] and "curve chain" in lines[0]
     assert lines[1].split()[-1] == "curve/train"
     rows = [line.split() for line in lines[2:]]

@@ -15,7 +15,6 @@ import torch
 from lmc.cli.main import main
 from lmc.config import LmcError
 from lmc.experiments import LocalExecutor, resolve, run_study
-from lmc.models import build
 from lmc.perm.methods import (
     AlignmentMethod,
     MethodOutput,
@@ -23,8 +22,7 @@ from lmc.perm.methods import (
     register_method,
     unregister_method,
 )
-from lmc.store import RunStore, load_run, load_tensors
-from lmc.train import TrainSettings, fit
+from lmc.store import load_run, load_tensors
 
 SEEN: list[int] = []
 
@@ -41,7 +39,6 @@ TOY = AlignmentMethod(
     "roll every group's units by a fixed number of places (a test method)",
     settings=(MethodSetting("shift", 1, "places to roll by", minimum=0),),
 )
-OPTIONS = dict(input_size=64, width=12, depth=2)
 
 
 @pytest.fixture()
@@ -52,29 +49,8 @@ def toy():
     unregister_method("toyroll")
 
 
-def _save_run(store: RunStore, digits, seed: int):
-    model = build("mlp", seed=seed, **OPTIONS)
-    fit(model, digits, TrainSettings(epochs=1, init_seed=seed, data_seed=seed))
-    config = {
-        "kind": "train",
-        "dataset": "digits",
-        "dataset_options": {},
-        "model": "mlp",
-        "model_options": dict(OPTIONS),
-        "train": {"epochs": 1, "init_seed": seed, "data_seed": seed},
-    }
-    return store.save(config, model.state_dict(), {"final_test_loss": 0.0})
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, digits):
-    root = tmp_path_factory.mktemp("runs")
-    store = RunStore(root)
-    return root, _save_run(store, digits, 1).path, _save_run(store, digits, 2).path
-
-
-def test_lmc_align_runs_a_registered_method_with_its_setting(toy, runs, capsys):
-    root, a, b = runs
+def test_lmc_align_runs_a_registered_method_with_its_setting(toy, digits_runs, capsys):
+    root, a, b = digits_runs
     argv = ["align", str(a), str(b), "--method", "toyroll", "--toyroll-shift", "3"]
     assert main([*argv, "--runs-dir", str(root), "--quiet"]) == 0
     aligned = load_run(capsys.readouterr().out.strip().splitlines()[-1])
@@ -87,8 +63,10 @@ def test_lmc_align_runs_a_registered_method_with_its_setting(toy, runs, capsys):
     assert torch.equal(aligned.state_dict()["fc1.weight"], b_state["fc1.weight"][perm["fc1"]])
 
 
-def test_lmc_align_checks_a_registered_setting_and_refuses_another_methods_flag(toy, runs, capsys):
-    root, a, b = runs
+def test_lmc_align_checks_a_registered_setting_and_refuses_another_methods_flag(
+    toy, digits_runs, capsys
+):
+    root, a, b = digits_runs
     base = ["align", str(a), str(b), "--runs-dir", str(root), "--quiet"]
     assert main([*base, "--method", "toyroll", "--toyroll-shift", "-1"]) != 0
     assert "--toyroll-shift must be at least 0" in capsys.readouterr().err
@@ -97,8 +75,8 @@ def test_lmc_align_checks_a_registered_setting_and_refuses_another_methods_flag(
     assert SEEN == []
 
 
-def test_lmc_interpolate_aligns_with_a_registered_method(toy, runs, tmp_path):
-    root, a, b = runs
+def test_lmc_interpolate_aligns_with_a_registered_method(toy, digits_runs, tmp_path):
+    root, a, b = digits_runs
     out = tmp_path / "interp"
     argv = ["interpolate", str(a), str(b), "--align", "toyroll", "--toyroll-shift", "2"]
     assert main([*argv, "--lambdas", "3", "--out", str(out), "--quiet"]) == 0
@@ -107,21 +85,13 @@ def test_lmc_interpolate_aligns_with_a_registered_method(toy, runs, tmp_path):
     assert "toyroll" in json.dumps(summary)
 
 
-def test_a_study_merges_with_a_registered_method_and_its_key(toy, tmp_path):
-    raw = {
-        "name": "tiny-toy",
-        "data": {"dataset": "digits"},
-        "model": {"name": "mlp", "depth": 2},
-        "sweep": {"widths": [8], "weight_decays": [3e-3], "pairs": 1},
-        "train": {"epochs": 1},
-        "merge": {
-            "methods": ["none", "toyroll"],
-            "lambdas": 3,
-            "calibrate": False,
-            "toyroll_shift": 5,
-        },  # fmt: skip
-        "analysis": {"enabled": False},
-    }
+def test_a_study_merges_with_a_registered_method_and_its_key(toy, tmp_path, tiny_study):
+    raw = tiny_study(
+        "tiny-toy",
+        model={"depth": 2},
+        sweep={"weight_decays": [3e-3]},
+        merge={"methods": ["none", "toyroll"], "toyroll_shift": 5},
+    )
     with pytest.raises(LmcError, match="'merge.toyroll_shift' must be at least 0"):
         resolve({**raw, "merge": {**raw["merge"], "toyroll_shift": -2}})
     study = resolve(raw)

@@ -18,34 +18,10 @@ from lmc.cli.main import main
 from lmc.merge import load_curve
 from lmc.merge.curves import state_digest
 from lmc.metrics.barriers import barriers
-from lmc.models import build
-from lmc.store import RunStore, load_run
-from lmc.train import TrainSettings, fit
+from lmc.store import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
-OPTIONS = dict(input_size=64, width=12, depth=2)
 FAST = ["--epochs", "1", "--steps-per-epoch", "4", "--lambdas", "3", "--plane", "3", "--quiet"]
-
-
-def _save_run(store: RunStore, digits, seed: int):
-    model = build("mlp", seed=seed, **OPTIONS)
-    fit(model, digits, TrainSettings(epochs=1, init_seed=seed, data_seed=seed))
-    config = {
-        "kind": "train",
-        "dataset": "digits",
-        "dataset_options": {},
-        "model": "mlp",
-        "model_options": dict(OPTIONS),
-        "train": {"epochs": 1, "init_seed": seed, "data_seed": seed},
-    }
-    return store.save(config, model.state_dict(), {"final_test_loss": 0.0})
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, digits):
-    root = tmp_path_factory.mktemp("runs")
-    store = RunStore(root)
-    return root, _save_run(store, digits, 1).path, _save_run(store, digits, 2).path
 
 
 def _curve(capsys, *argv) -> dict:
@@ -72,9 +48,9 @@ def _keys(summary: dict) -> set[str]:
 
 
 def test_lmc_curve_fits_beside_the_line_and_prints_the_documented_keys(
-    runs, tmp_path, capsys, digits
+    digits_runs, tmp_path, capsys, digits
 ):
-    root, a, b = runs
+    root, a, b = digits_runs
     out = tmp_path / "plain"
     summary = _curve(capsys, str(a), str(b), "--runs-dir", str(root), *FAST, "--out", str(out))
     assert documented_keys() <= _keys(summary), documented_keys() - _keys(summary)
@@ -93,7 +69,7 @@ def test_lmc_curve_fits_beside_the_line_and_prints_the_documented_keys(
     state_a, state_b = load_run(a).state_dict(), load_run(b).state_dict()
     stored = load_curve(control, state_a, state_b)
     mid = stored.point(0.5)
-    model = build("mlp", seed=0, **OPTIONS).eval()
+    model = load_run(a).build_model().eval()  # the architecture; its weights set next
     model.load_state_dict(mid)
     with torch.no_grad():
         loss = float(F.cross_entropy(model(digits.x_test).double(), digits.y_test))
@@ -106,8 +82,8 @@ def test_lmc_curve_fits_beside_the_line_and_prints_the_documented_keys(
     )
 
 
-def test_lmc_curve_aligns_b_to_a_before_fitting(runs, tmp_path, capsys):
-    root, a, b = runs
+def test_lmc_curve_aligns_b_to_a_before_fitting(digits_runs, tmp_path, capsys):
+    root, a, b = digits_runs
     common = [str(a), str(b), "--runs-dir", str(root), *FAST, "--kind", "chain"]
     plain = _curve(capsys, *common, "--out", str(tmp_path / "plain"))
     aligned = _curve(capsys, *common, "--align", "weight", "--out", str(tmp_path / "aligned"))
@@ -122,8 +98,8 @@ def test_lmc_curve_aligns_b_to_a_before_fitting(runs, tmp_path, capsys):
     assert aligned["loss"][-1] == pytest.approx(plain["loss"][-1], abs=1e-5)
 
 
-def test_lmc_curve_refuses_a_one_point_plane(runs, tmp_path, capsys):
-    root, a, b = runs
+def test_lmc_curve_refuses_a_one_point_plane(digits_runs, tmp_path, capsys):
+    root, a, b = digits_runs
     code = main(["curve", str(a), str(b), "--runs-dir", str(root), "--plane", "1", "--quiet",
                  "--out", str(tmp_path / "o")])  # fmt: skip
     err = capsys.readouterr().err.strip()

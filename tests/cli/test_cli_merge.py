@@ -11,35 +11,9 @@ import torch
 from lmc.cli.main import main
 from lmc.merge import reset_batchnorm
 from lmc.models import build
-from lmc.perm import apply_permutation, random_permutation, spec_from_model
 from lmc.store import RunStore, load_run, load_tensors, read_json
-from lmc.train import TrainSettings, fit
 
 OPTIONS = dict(input_size=64, width=16, depth=2)
-
-
-def _config(seed: int, options: dict) -> dict:
-    return {
-        "kind": "train",
-        "dataset": "digits",
-        "dataset_options": {},
-        "model": "mlp",
-        "model_options": dict(options),
-        "train": {"epochs": 1, "init_seed": seed, "data_seed": seed},
-    }
-
-
-def _permuted_runs(store: RunStore, digits, options: dict, seeds=(21, 22)):
-    """A trained run and copies of it under random permutations (each a run of its own)."""
-    model = build("mlp", seed=0, **options)
-    fit(model, digits, TrainSettings(epochs=1, init_seed=0, data_seed=0))
-    model.eval()
-    spec = spec_from_model(model, digits.x_train[:2])
-    runs = [store.save(_config(0, options), model.state_dict(), {})]
-    for seed in seeds:
-        state = apply_permutation(spec, random_permutation(spec, seed), model.state_dict())
-        runs.append(store.save(_config(seed, options), state, {}))
-    return model, runs
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +22,11 @@ def store(tmp_path_factory):
     return root, RunStore(root)
 
 
-def test_merge_of_permuted_copies_is_the_model_and_is_reused(store, digits, capsys, tmp_path):
+def test_merge_of_permuted_copies_is_the_model_and_is_reused(
+    store, digits, capsys, tmp_path, save_permuted_runs
+):
     root, st = store
-    model, runs = _permuted_runs(st, digits, OPTIONS)
+    model, runs = save_permuted_runs(st, digits, OPTIONS, (21, 22))
     argv = ["merge", *(str(r.path) for r in runs), "--runs-dir", str(root), "--quiet"]
     argv += ["--out", str(tmp_path / "out"), "--device", "cpu"]
     assert main(argv) == 0
@@ -89,10 +65,10 @@ def test_merge_of_permuted_copies_is_the_model_and_is_reused(store, digits, caps
         assert (plain.build_model()(x) - model(x)).abs().max() > 1e-2
 
 
-def test_batchnorm_merge_resets_statistics(store, digits, capsys):
+def test_batchnorm_merge_resets_statistics(store, digits, capsys, save_permuted_runs):
     root, st = store
     options = {**OPTIONS, "norm": "batch"}
-    model, runs = _permuted_runs(st, digits, options, seeds=(31,))
+    model, runs = save_permuted_runs(st, digits, options, (31,))
     argv = ["merge", *(str(r.path) for r in runs), "--runs-dir", str(root), "--quiet"]
     assert main([*argv, "--device", "cpu"]) == 0
     merged = load_run(capsys.readouterr().out.strip().splitlines()[-1])
@@ -109,11 +85,13 @@ def test_batchnorm_merge_resets_statistics(store, digits, capsys):
         torch.testing.assert_close(kept.build_model()(x), model(x), atol=1e-5, rtol=0)
 
 
-def test_one_line_errors(store, digits, capsys):
+def test_one_line_errors(store, digits, capsys, digits_run_config):
     root, st = store
-    a = st.save(_config(41, OPTIONS), build("mlp", seed=1, **OPTIONS).state_dict(), {})
+    config = digits_run_config(OPTIONS, epochs=1, init_seed=41, data_seed=41)
+    a = st.save(config, build("mlp", seed=1, **OPTIONS).state_dict(), {})
     wide_options = {**OPTIONS, "width": 20}
-    b = st.save(_config(42, wide_options), build("mlp", seed=2, **wide_options).state_dict(), {})
+    config = digits_run_config(wide_options, epochs=1, init_seed=42, data_seed=42)
+    b = st.save(config, build("mlp", seed=2, **wide_options).state_dict(), {})
     cases = [
         ([str(a.path), str(b.path)], "architecture"),
         ([str(a.path)], "at least two runs"),

@@ -101,30 +101,15 @@ def test_train_bad_log_options_are_one_line(tmp_path, capsys):
     assert not runs.exists()
 
 
-STUDY = """
-name = "tb-tiny"
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-depth = 1
-[sweep]
-widths = [8]
-pairs = 1
-[train]
-epochs = 2
-[merge]
-methods = ["none"]
-lambdas = 3
-calibrate = false
-[analysis]
-enabled = false
-"""
+@pytest.fixture
+def study(tmp_path, tiny_study, study_toml):
+    """The tiny study's file, two epochs per model."""
+    path = tmp_path / "study.toml"
+    path.write_text(study_toml(tiny_study("tb-tiny", train={"epochs": 2})))
+    return path
 
 
-def test_sweep_log_tensorboard_writes_one_folder_per_trained_model(tmp_path, capsys):
-    study = tmp_path / "study.toml"
-    study.write_text(STUDY)
+def test_sweep_log_tensorboard_writes_one_folder_per_trained_model(tmp_path, capsys, study):
     out, runs = tmp_path / "out", tmp_path / "runs"
     argv = ["sweep", str(study), "--out", str(out), "--runs-dir", str(runs), "--workers", "1"]
     argv += ["--quiet", "--device", "cpu", "--no-report", "--log", "tensorboard"]
@@ -147,10 +132,8 @@ def test_sweep_log_tensorboard_writes_one_folder_per_trained_model(tmp_path, cap
     assert _event_files(out / "tb") == before and not (tmp_path / "out2" / "tb").exists()
 
 
-def test_sweep_without_tensorboard_is_one_line(tmp_path, capsys, monkeypatch):
+def test_sweep_without_tensorboard_is_one_line(tmp_path, capsys, monkeypatch, study):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
-    study = tmp_path / "study.toml"
-    study.write_text(STUDY)
     out = tmp_path / "out"
     argv = ["sweep", str(study), "--out", str(out), "--runs-dir", str(tmp_path / "runs")]
     assert main(argv + ["--quiet", "--log", "tensorboard"]) == 2

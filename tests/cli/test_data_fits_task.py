@@ -10,26 +10,9 @@ from torch import nn
 
 from lmc.cli.common import check_data_fits
 from lmc.config import LmcError
-from lmc.data import TASKS, Dataset, Task, register_task
+from lmc.data import Dataset
 
 SOURCE = "the model from f.py:make"
-
-
-class ValuesOnly(Task):
-    """Per-example float targets (N, D); the output must be (N, D)."""
-
-    def check(self, output, target, *, name="labels", num_classes=None) -> None:
-        if not target.is_floating_point():
-            raise LmcError(f"{name} must be float values")
-        if output is not None and tuple(output.shape) != tuple(target.shape):
-            raise LmcError(f"outputs of shape {tuple(output.shape)} do not fit {name}")
-
-
-@pytest.fixture
-def values():
-    task = register_task(ValuesOnly("toy-values", 1, "values (N, D)", calibrates=False))
-    yield task
-    del TASKS[task.name]
 
 
 def _data(x, y, num_classes, task="classification") -> Dataset:
@@ -63,12 +46,12 @@ def test_classification_and_next_token_keep_their_messages():
     )
 
 
-def test_another_task_is_checked_by_the_task(values):
+def test_another_task_is_checked_by_the_task(regression_task):
     x = torch.randn(4, 3)
-    data = _data(x, torch.randn(4, 2), 2, values.name)
+    data = _data(x, torch.randn(4, 2), 2, regression_task.name)
     check_data_fits(nn.Linear(3, 2), data, SOURCE)
     message = _refusal(nn.Linear(3, 3), data)  # 3 values for targets of 2: not logits
     assert message == (
-        f"{SOURCE} does not fit the toy-values task: outputs of shape (2, 3) do not fit "
-        "the labels of toy.npz"
+        f"{SOURCE} does not fit the toy-regression task: output (2, 3) does not fit the "
+        "labels of toy.npz"
     )

@@ -118,26 +118,19 @@ def test_two_hugging_face_folders_of_different_widths_are_widened(order, folders
     assert summary["loss"][-1] == pytest.approx(own_losses[b], rel=1e-5)
 
 
-def _error(capsys, argv) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
-
-
-def test_widening_refusals_say_what_is_wrong(folders, capsys, tmp_path):
+def test_widening_refusals_say_what_is_wrong(folders, capsys, tmp_path, cli_error):
     common = ["--data", folders["data"], *FAST, "--out", str(tmp_path / "out")]
     # different widths without --widen: the architectures differ
-    err = _error(capsys, ["interpolate", folders["a"], folders["wide"], "--hf-model",
+    err = cli_error(["interpolate", folders["a"], folders["wide"], "--hf-model",
                           folders["a"], "--hf-model-b", folders["wide"], *common])  # fmt: skip
     assert "models differ" in err
-    err = _error(capsys, ["interpolate", folders["a"], folders["b"], "--hf-model-b",
+    err = cli_error(["interpolate", folders["a"], folders["b"], "--hf-model-b",
                           folders["b"], *common])  # fmt: skip
     assert "give --hf-model too" in err
     # the narrower model (stream 16) has more heads (4) than the wider one (2): given in
     # the right order, it must not be told to give the narrower model first
     for first, second in (("many_heads", "few_heads"), ("few_heads", "many_heads")):
-        err = _error(capsys, ["interpolate", folders[first], folders[second], "--hf-model",
+        err = cli_error(["interpolate", folders[first], folders[second], "--hf-model",
                               folders[first], "--hf-model-b", folders[second], "--widen",
                               "--align", "orthogonal", *common])  # fmt: skip
         assert "more heads (4)" in err and "(stream width 32, 2 heads)" in err

@@ -23,27 +23,9 @@ from lmc.cli.main import main
 
 TINY = ["--dataset", "digits", "--model", "mlp", "--width", "8", "--epochs", "1"]
 
-STUDY = """
-name = "tiny"
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-[sweep]
-widths = [8]
-pairs = 1
-[train]
-epochs = 1
-[merge]
-methods = ["none"]
-lambdas = 3
-[analysis]
-enabled = false
-"""
-
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
+def made(tmp_path_factory, tiny_study, study_toml):
     """Two tiny finished runs, a tiny sweep's results folder, in a store of their own."""
     root = tmp_path_factory.mktemp("made")
     runs = root / "runs"
@@ -52,7 +34,7 @@ def made(tmp_path_factory):
         assert main(["train", *TINY, "--seed", seed, "--runs-dir", str(runs), "--quiet"]) == 0
     paths = sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
     study = root / "tiny.toml"
-    study.write_text(STUDY)
+    study.write_text(study_toml(tiny_study(model={"depth": None}, merge={"calibrate": None})))
     results = root / "results"
     code = main(["sweep", str(study), "--out", str(results), "--runs-dir", str(runs), "--quiet"])
     assert code == 0

@@ -149,14 +149,6 @@ def _json(capsys, argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _error(capsys, argv) -> str:
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and captured.out == "", captured.err
-    return lines[0]
-
-
 def test_analyze_json_on_user_checkpoints(guide_run, capsys):
     folder, _ = guide_run
     a, b = str(folder / "a.safetensors"), str(folder / "b.safetensors")
@@ -196,7 +188,7 @@ class Planted:
         return (open, (str(self.marker), "w"))
 
 
-def test_a_pickle_with_code_is_refused_unexecuted(guide_run, tmp_path, capsys):
+def test_a_pickle_with_code_is_refused_unexecuted(guide_run, tmp_path, capsys, cli_error):
     folder, _ = guide_run
     marker = tmp_path / "executed"
     state = load_file(str(folder / "a.safetensors"))
@@ -204,18 +196,18 @@ def test_a_pickle_with_code_is_refused_unexecuted(guide_run, tmp_path, capsys):
     with pytest.raises(LmcError, match="weights_only=True"):
         read_weights(tmp_path / "evil.pt")
     assert not marker.exists()
-    message = _error(capsys, [
+    message = cli_error([
         "interpolate", str(tmp_path / "evil.pt"), str(folder / "b.safetensors"),
         "--model-factory", factory_spec(folder), "--data", "digits", "--device", "cpu",
     ])  # fmt: skip
     assert "evil.pt" in message and "weights_only" in message and not marker.exists()
 
 
-def test_weights_that_do_not_fit_name_the_tensor(guide_run, tmp_path, capsys):
+def test_weights_that_do_not_fit_name_the_tensor(guide_run, tmp_path, capsys, cli_error):
     folder, _ = guide_run
     source = (EXAMPLE / "model.py").read_text()
     (tmp_path / "narrow.py").write_text(source + "\n\ndef make():\n    return TinyNet(hidden=32)\n")
-    message = _error(capsys, [
+    message = cli_error([
         "interpolate", str(folder / "a.safetensors"), str(folder / "b.safetensors"),
         "--model-factory", f"{tmp_path / 'narrow.py'}:make", "--data", "digits",
     ])  # fmt: skip
@@ -238,7 +230,7 @@ def test_weights_that_do_not_fit_name_the_tensor(guide_run, tmp_path, capsys):
         load_weights(make(), tmp_path / "w.npy")
 
 
-def test_factory_errors_are_one_line(tmp_path, monkeypatch, capsys):
+def test_factory_errors_are_one_line(tmp_path, monkeypatch, capsys, cli_error):
     with pytest.raises(LmcError, match="does not exist"):
         load_factory(f"{tmp_path / 'nope.py'}:make")
     (tmp_path / "broken.py").write_text("import no_such_package_xyz\n")
@@ -269,7 +261,7 @@ def test_factory_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert isinstance(load_factory("zoo:Nets.small")(), torch.nn.Linear)
     # through the CLI: one line, exit status 2
     (tmp_path / "a.safetensors").write_bytes(b"")
-    message = _error(capsys, [
+    message = cli_error([
         "align", str(tmp_path / "a.safetensors"), str(tmp_path / "a.safetensors"),
         "--model-factory", f"{tmp_path / 'broken.py'}:make", "--data", "digits",
         "--out", str(tmp_path / "x.safetensors"),
@@ -277,20 +269,20 @@ def test_factory_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert "no_such_package_xyz" in message
 
 
-def test_option_misuse_is_a_one_line_error(guide_run, tmp_path, capsys):
+def test_option_misuse_is_a_one_line_error(guide_run, tmp_path, capsys, cli_error):
     folder, _ = guide_run
     a, b = str(folder / "a.safetensors"), str(folder / "b.safetensors")
     spec = factory_spec(folder)
-    message = _error(capsys, ["interpolate", a, b, "--model-factory", spec])
+    message = cli_error(["interpolate", a, b, "--model-factory", spec])
     assert "--data is needed" in message
-    message = _error(capsys, ["align", a, b, "--model-factory", spec, "--data", "digits"])
+    message = cli_error(["align", a, b, "--model-factory", spec, "--data", "digits"])
     assert "--out FILE.safetensors" in message
-    message = _error(capsys, ["align", a, b, "--model-factory", spec, "--data", "digits",
+    message = cli_error(["align", a, b, "--model-factory", spec, "--data", "digits",
                               "--out", b])  # fmt: skip
     assert "overwrite" in message
-    message = _error(capsys, ["analyze", "run_x", "run_y", "--data", "digits"])
+    message = cli_error(["analyze", "run_x", "run_y", "--data", "digits"])
     assert "--data is for --model-factory" in message
-    message = _error(capsys, ["interpolate", a, b, "--model-factory", spec, "--hf-model",
+    message = cli_error(["interpolate", a, b, "--model-factory", spec, "--hf-model",
                               str(tmp_path), "--data", "digits"])  # fmt: skip
     assert "not both" in message
 
@@ -311,11 +303,11 @@ def test_align_json_and_activation_matching_on_user_checkpoints(guide_run, tmp_p
     assert Path(record["perm"]).is_file() and out.is_file()
 
 
-def test_data_file_of_the_wrong_shape_is_a_one_line_error(guide_run, tmp_path, capsys):
+def test_data_file_of_the_wrong_shape_is_a_one_line_error(guide_run, tmp_path, capsys, cli_error):
     folder, _ = guide_run
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "flat5.npz", x=rng.normal(size=(40, 5)), y=np.repeat(np.arange(10), 4))
-    message = _error(capsys, [
+    message = cli_error([
         "interpolate", str(folder / "a.safetensors"), str(folder / "b.safetensors"),
         "--model-factory", factory_spec(folder), "--data", str(tmp_path / "flat5.npz"),
     ])  # fmt: skip

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -20,8 +19,6 @@ import torch
 from safetensors.torch import save_file
 
 from lmc.cli.main import main
-from lmc.config import LmcError
-from lmc.data import TASKS, Task, register_task
 from lmc.data.user_file import load_user_data
 from lmc.metrics.barriers import loss_barrier
 from lmc.models import build, resolve_options
@@ -30,40 +27,11 @@ from lmc.train import TrainSettings, fit
 OPTIONS = {"width": 16, "depth": 2}
 
 
-@dataclass(frozen=True)
-class SquaredError(Task):
-    """Output (N, D) values for float targets (N, D); the loss is their mean squared error."""
-
-    def check(self, output, target, *, name="labels", num_classes=None) -> None:
-        if not target.is_floating_point() or target.dim() != 2:
-            raise LmcError(f"{name} must be (N, D) float values, got {tuple(target.shape)}")
-        if output is not None and output.shape[1:] != target.shape[1:]:
-            raise LmcError(f"output {tuple(output.shape)} does not fit {name}")
-
-    def loss(self, output, target, *, label_smoothing=0.0):
-        return ((output - target) ** 2).mean()
-
-    def prediction_losses(self, output, target):
-        return ((output - target) ** 2).mean(dim=-1)
-
-    def loss_sum(self, output, target):
-        return self.stack_losses(output, target).sum()
-
-    def stack_losses(self, outputs, targets, beta=1.0):
-        return ((outputs.double() - targets.double()) ** 2).mean(dim=-1)
-
-    def correct(self, output, target):
-        return None
-
-    correct_count = correct
-    stack_accuracy = correct
-
-
 @pytest.fixture
-def project(tmp_path, monkeypatch):
+def project(tmp_path, monkeypatch, regression_task):
     """A data file declaring the registered task, a factory of its MLP, two trained weight
     files; the working folder is ``tmp_path``."""
-    task = register_task(SquaredError("toy-squared-error", 1, "values (N, D)", calibrates=False))
+    task = regression_task
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     gen = torch.Generator().manual_seed(0)
@@ -86,7 +54,6 @@ def project(tmp_path, monkeypatch):
         save_file(model.state_dict(), f"m{seed}.safetensors")
     yield data, ["m0.safetensors", "m1.safetensors", "--model-factory", "factory.py:make",
                  "--data", "toy.npz", "--device", "cpu", "--quiet"]  # fmt: skip
-    del TASKS[task.name]
 
 
 def test_interpolate_refuses_calibration_in_one_line(project, capsys):
@@ -94,7 +61,7 @@ def test_interpolate_refuses_calibration_in_one_line(project, capsys):
     assert main(["interpolate", *base, "--lambdas", "3", "--calibrate"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
-    assert "calibrating the path has no meaning for the toy-squared-error task" in captured.err
+    assert "calibrating the path has no meaning for the toy-regression task" in captured.err
     assert "--no-calibrate" in captured.err
 
 

@@ -43,14 +43,7 @@ def _train(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _error(capsys, argv) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
-
-
-def test_a_tokenizer_folder_is_part_of_the_runs_identity(tmp_path, capsys, monkeypatch):
+def test_a_tokenizer_folder_is_part_of_the_runs_identity(tmp_path, capsys, monkeypatch, cli_error):
     """Replacing ``tok/`` by another tokenizer of the same vocabulary size (other merges, so
     other ids) makes ``lmc train`` train anew instead of reusing the run, and makes
     ``lmc interpolate`` refuse the runs trained with the first one."""
@@ -73,7 +66,7 @@ def test_a_tokenizer_folder_is_part_of_the_runs_identity(tmp_path, capsys, monke
     changed = again["config"]["dataset_options"]["tokenizer_sha256"]
     assert changed != options["tokenizer_sha256"]
 
-    err = _error(capsys, ["interpolate", first[0]["run_dir"], first[1]["run_dir"],
+    err = cli_error(["interpolate", first[0]["run_dir"], first[1]["run_dir"],
                           "--device", "cpu", "--quiet", "--out", str(tmp_path / "o")])  # fmt: skip
     assert "tokenizer folder tok has changed since it was recorded" in err
     assert not (tmp_path / "o").exists()
@@ -93,7 +86,7 @@ def test_runs_without_a_tokenizer_folder_keep_their_identity(tmp_path):
 
 
 def test_a_run_trained_with_relative_paths_is_evaluated_from_another_folder(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, cli_error
 ):
     """The config keeps ``corpus.txt`` and ``tok`` as given (its identity); the run records
     where they were (``data_paths``), so the pair is read from there wherever the verb runs,
@@ -135,23 +128,23 @@ def test_a_run_trained_with_relative_paths_is_evaluated_from_another_folder(
     monkeypatch.chdir(elsewhere)  # neither: what is read is not the run's, and it says so
     argv = ["interpolate", trained[0]["run_dir"], trained[1]["run_dir"], "--device", "cpu",
             "--quiet", "--out", str(tmp_path / "x")]  # fmt: skip
-    assert "tokenizer 'tok' is not 'char', 'bytes' or a folder" in _error(capsys, argv)
+    assert "tokenizer 'tok' is not 'char', 'bytes' or a folder" in cli_error(argv)
     shutil.copytree(moved / "tok", elsewhere / "tok")
-    assert "corpus.txt has changed since it was recorded" in _error(capsys, argv)
+    assert "corpus.txt has changed since it was recorded" in cli_error(argv)
 
 
-def test_a_folder_without_a_tokenizer_is_one_whole_sentence(tmp_path, capsys):
+def test_a_folder_without_a_tokenizer_is_one_whole_sentence(tmp_path, capsys, cli_error):
     (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
     empty = tmp_path / "empty"
     empty.mkdir()
     argv = ["train", *GPT, *FAST, "--data", str(tmp_path / "corpus.txt"),
             "--runs-dir", str(tmp_path / "runs")]  # fmt: skip
-    err = _error(capsys, [*argv, "--tokenizer", str(empty)])
+    err = cli_error([*argv, "--tokenizer", str(empty)])
     assert f"tokenizer folder {empty} holds no tokenizer files" in err
     assert not err.endswith(":") and not err.endswith("one of:")
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / "notes.txt").write_text("not a tokenizer")
-    err = _error(capsys, [*argv, "--tokenizer", str(junk)])
+    err = cli_error([*argv, "--tokenizer", str(junk)])
     assert f"tokenizer folder {junk} does not load" in err
     assert not err.rstrip().endswith(":")  # the library's list is kept, not cut off

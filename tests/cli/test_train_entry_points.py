@@ -23,27 +23,6 @@ from lmc.train.runs import DEFAULT_THREADS
 MODEL = ["--dataset", "digits", "--model", "mlp", "--width", "16", "--depth", "1",
          "--norm", "layer", "--epochs", "1"]  # fmt: skip
 
-STUDY = """
-name = "entry"
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-depth = 1
-norm = "layer"
-[sweep]
-widths = [16]
-pairs = 1
-[train]
-epochs = 1
-[merge]
-methods = ["none"]
-lambdas = 3
-calibrate = false
-[analysis]
-enabled = false
-"""
-
 
 @pytest.fixture
 def many_threads():
@@ -60,13 +39,14 @@ def _run(argv: list[str]) -> int:
         return main(argv)
 
 
-def test_train_and_sweep_give_the_same_bits(many_threads, tmp_path, capsys):
+def test_train_and_sweep_give_the_same_bits(many_threads, tmp_path, capsys, tiny_study, study_toml):
     trained, swept = tmp_path / "trained", tmp_path / "swept"
     assert _run(["train", *MODEL, "--seed", "0", "--runs-dir", str(trained), "--quiet"]) == 0
     assert torch.get_num_threads() == many_threads  # the caller's count is restored
     (run_dir,) = [p for p in trained.iterdir() if not p.name.startswith(".")]
     study = tmp_path / "entry.toml"
-    study.write_text(STUDY)
+    raw = tiny_study("entry", model={"norm": "layer"}, sweep={"widths": [16]})
+    study.write_text(study_toml(raw))  # MODEL's configuration
     argv = ["sweep", str(study), "--out", str(tmp_path / "out"), "--runs-dir", str(swept),
             "--workers", "1", "--no-report", "--quiet"]  # fmt: skip
     assert _run(argv) == 0, capsys.readouterr().err

@@ -6,32 +6,25 @@ import json
 import pytest
 
 from lmc.cli.main import main
-from lmc.models import build
-from lmc.store import RunStore
-
-
-def _config(width):
-    return {
-        "kind": "train",
-        "dataset": "digits",
-        "dataset_options": {},
-        "model": "mlp",
-        "model_options": {"input_size": 64, "width": width, "num_classes": 10},
-        "train": {"epochs": 1},
-    }
-
-
-def _save(root, width):
-    config = _config(width)
-    model = build("mlp", seed=width, **config["model_options"])
-    return RunStore(root).save(config, model.state_dict(), {"final_test_accuracy": 0.5})
 
 
 @pytest.fixture
-def store(tmp_path):
+def save(save_untrained, digits_run_config):
+    """``save(root, width)``: an untrained digits MLP of ``width`` (built from seed ``width``)
+    saved as a finished run of the store at ``root``."""
+
+    def save(root, width):
+        options = {"input_size": 64, "width": width, "num_classes": 10}
+        return save_untrained(root, digits_run_config(options, epochs=1), seed=width)
+
+    return save
+
+
+@pytest.fixture
+def store(tmp_path, save):
     """Four runs: whole, truncated, bit-flipped, and one from before manifests."""
     root = tmp_path / "runs"
-    runs = {name: _save(root, w) for name, w in [("ok", 4), ("cut", 5), ("flip", 6), ("old", 7)]}
+    runs = {name: save(root, w) for name, w in [("ok", 4), ("cut", 5), ("flip", 6), ("old", 7)]}
     model = runs["cut"].path / "model.safetensors"
     model.write_bytes(model.read_bytes()[:-11])
     model = runs["flip"].path / "model.safetensors"
@@ -84,8 +77,8 @@ def test_verify_unknown_run_is_a_one_line_error(store, capsys):
     assert len(err.splitlines()) == 1 and "nope" in err
 
 
-def test_verify_an_unfinished_run_is_not_damage(tmp_path, capsys):
-    run = _save(tmp_path, 4)
+def test_verify_an_unfinished_run_is_not_damage(tmp_path, capsys, save):
+    run = save(tmp_path, 4)
     (run.path / "metrics.json").unlink()  # as while training
     assert main(["verify", "--runs-dir", str(tmp_path), "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("unfinished")

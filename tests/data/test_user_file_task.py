@@ -10,23 +10,13 @@ import torch
 from safetensors.torch import save_file
 
 from lmc.config import LmcError
-from lmc.data import TASKS, Task, register_task
 from lmc.data.user_file import load_user_data
 
 
-class Values(Task):
-    """Float targets (N, D)."""
-
-    def check(self, output, target, *, name="labels", num_classes=None) -> None:
-        if not target.is_floating_point() or target.dim() != 2:
-            raise LmcError(f"{name} must be (N, D) float values, got {tuple(target.shape)}")
-
-
 @pytest.fixture
-def values():
-    task = register_task(Values("toy-values", 1, "values (N, D)", calibrates=False))
-    yield task
-    del TASKS[task.name]
+def values(regression_task):
+    """A registered task of float targets (N, D)."""
+    return regression_task
 
 
 def _arrays(n: int = 40):

@@ -1,30 +1,25 @@
 import json
 
+import pytest
+
 from lmc.cli.main import main
 
-TOML = """
-name = "cli-tiny"
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-depth = 1
-[sweep]
-widths = [8, 32]
-pairs = 1
-[train]
-epochs = 2
-[merge]
-methods = ["none"]
-lambdas = 3
-[analysis]
-max_examples = 64
-"""
+
+@pytest.fixture
+def study(tiny_study):
+    """The tiny study at widths 8 and 32, two epochs, layerwise analysis on 64 examples."""
+    return tiny_study(
+        "cli-tiny",
+        sweep={"widths": [8, 32]},
+        train={"epochs": 2},
+        merge={"calibrate": None},
+        analysis={"enabled": None, "max_examples": 64},
+    )
 
 
-def test_sweep_cli_writes_results_and_report(tmp_path, capsys):
-    study = tmp_path / "study.toml"
-    study.write_text(TOML)
+def test_sweep_cli_writes_results_and_report(tmp_path, capsys, study, study_toml):
+    raw, study = study, tmp_path / "study.toml"
+    study.write_text(study_toml(raw))
     out = tmp_path / "out"
     argv = [
         "sweep",
@@ -57,9 +52,9 @@ def test_sweep_cli_writes_results_and_report(tmp_path, capsys):
     assert "6 reused" in lines[0] and lines[-1].endswith("report.html")
 
 
-def test_sweep_cli_unknown_key_is_one_line(tmp_path, capsys):
-    study = tmp_path / "bad.toml"
-    study.write_text(TOML.replace("pairs = 1", "pairs = 1\nwidht = 3"))
+def test_sweep_cli_unknown_key_is_one_line(tmp_path, capsys, study, study_toml):
+    raw, study = study, tmp_path / "bad.toml"
+    study.write_text(study_toml({**raw, "sweep": {**raw["sweep"], "widht": 3}}))
     assert main(["sweep", str(study), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sweep.widht" in err

@@ -10,19 +10,21 @@ import pytest
 from lmc.config import LmcError
 from lmc.experiments import LocalExecutor, resolve, run_study
 
-STUDY = {
-    "name": "controls",
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp", "depth": 1},
-    "sweep": {"widths": [16], "weight_decays": [3e-3], "pairs": 1},
-    "train": {"epochs": 1},
-    "merge": {"methods": ["none", "random-direction", "onepass"], "lambdas": 3},
-    "analysis": {"max_examples": 64},
-}
+
+@pytest.fixture
+def study(tiny_study) -> dict:
+    """The tiny study at width 16 with the random-direction and one-pass controls beside the
+    plain merge (calibrated), analysed on 64 examples."""
+    return tiny_study(
+        "controls",
+        sweep={"widths": [16]},
+        merge={"methods": ["none", "random-direction", "onepass"], "calibrate": None},
+        analysis={"enabled": None, "max_examples": 64},
+    )
 
 
-def test_the_random_direction_control_runs_beside_the_methods(tmp_path):
-    record = run_study(resolve(STUDY), tmp_path / "o", executor=LocalExecutor(1),
+def test_the_random_direction_control_runs_beside_the_methods(tmp_path, study):
+    record = run_study(resolve(study), tmp_path / "o", executor=LocalExecutor(1),
                        runs_dir=tmp_path / "runs", quiet=True)  # fmt: skip
     assert record["status"] == "finished"
     rows = list(csv.DictReader((tmp_path / "o" / "results.csv").open()))
@@ -37,14 +39,14 @@ def test_the_random_direction_control_runs_beside_the_methods(tmp_path):
     assert table == {"none", "random-direction", "onepass"}
 
 
-def test_a_control_job_evaluates_only_its_own_path(monkeypatch):
+def test_a_control_job_evaluates_only_its_own_path(monkeypatch, study):
     """The control's rows are the random direction's path: A -> B is not evaluated for it."""
     from lmc.data import load
     from lmc.experiments.jobs import merge_identity, pair_settings
     from lmc.models import build
     from lmc.pair import run_pair
 
-    study = resolve(STUDY)
+    study = resolve(study)
     job = {"merge": merge_identity(study["merge"], "random-direction"), "split": "test",
            "analysis": study["analysis"], "method": "random-direction"}  # fmt: skip
     settings = pair_settings(job)
@@ -65,6 +67,6 @@ def test_a_control_job_evaluates_only_its_own_path(monkeypatch):
         type(settings)(baseline_only=True)
 
 
-def test_an_unknown_entry_names_the_control_among_the_choices():
+def test_an_unknown_entry_names_the_control_among_the_choices(study):
     with pytest.raises(LmcError, match="random-direction"):
-        resolve({**STUDY, "merge": {"methods": ["nope"]}})
+        resolve({**study, "merge": {"methods": ["nope"]}})

@@ -15,20 +15,17 @@ from lmc.experiments import LocalExecutor, expand, read_csv, resolve, run_study
 from lmc.experiments.jobs import CURVE_KEYS, merge_identity
 from lmc.report import write_report
 
-RAW = {
-    "name": "tiny-curves",
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp", "depth": 2},
-    "sweep": {"widths": [8, 16], "weight_decays": [3e-3], "pairs": 1},
-    "train": {"epochs": 1},
-    "merge": {"methods": ["none", "weight"], "lambdas": 3, "calibrate": False},
-    "analysis": {"enabled": False},
-}
 
+@pytest.fixture
+def raw(tiny_study):
+    """``raw(**merge)``: the tiny study at depth 2, widths 8 and 16, merged plain and by weight
+    matching, with the keys ``merge`` in its [merge] table."""
 
-def _with_merge(**keys) -> dict:
-    raw = copy.deepcopy(RAW)
-    raw["merge"].update(keys)
+    def raw(**merge) -> dict:
+        merge = {"methods": ["none", "weight"], **merge}
+        return tiny_study("tiny-curves", model={"depth": 2}, sweep={"widths": [8, 16]},
+                          merge=merge)  # fmt: skip
+
     return raw
 
 
@@ -36,13 +33,13 @@ def _ids(raw: dict, digits) -> list[str]:
     return [job["id"] for job in expand(resolve(raw), digits)[1]]
 
 
-def test_the_curve_keys_at_their_defaults_leave_merge_ids_as_they_were(digits):
-    before = _ids(RAW, digits)
-    assert _ids(_with_merge(**copy.deepcopy(CURVE_KEYS)), digits) == before
-    assert all(k not in merge_identity(resolve(RAW)["merge"], "none") for k in CURVE_KEYS)
-    with_curve = _ids(_with_merge(paths=["line", "bezier"]), digits)
+def test_the_curve_keys_at_their_defaults_leave_merge_ids_as_they_were(digits, raw):
+    before = _ids(raw(), digits)
+    assert _ids(raw(**copy.deepcopy(CURVE_KEYS)), digits) == before
+    assert all(k not in merge_identity(resolve(raw())["merge"], "none") for k in CURVE_KEYS)
+    with_curve = _ids(raw(paths=["line", "bezier"]), digits)
     assert not set(with_curve) & set(before)
-    assert _ids(_with_merge(paths=["line", "bezier"], curve_epochs=3), digits) != with_curve
+    assert _ids(raw(paths=["line", "bezier"], curve_epochs=3), digits) != with_curve
 
 
 @pytest.mark.parametrize(
@@ -56,15 +53,14 @@ def test_the_curve_keys_at_their_defaults_leave_merge_ids_as_they_were(digits):
         ({"curve_epochs": 0}, "curve setting"),
     ],
 )
-def test_bad_curve_keys_are_refused(keys, message):
+def test_bad_curve_keys_are_refused(keys, message, raw):
     with pytest.raises(LmcError, match=message):
-        resolve(_with_merge(**keys))
+        resolve(raw(**keys))
 
 
-def test_a_study_with_paths_fits_curves_beside_the_line(digits, tmp_path):
-    raw = _with_merge(paths=["line", "bezier"], curve_epochs=1, curve_batch_size=256,
-                      curve_plane=3)  # fmt: skip
-    study = resolve(raw)
+def test_a_study_with_paths_fits_curves_beside_the_line(digits, tmp_path, raw):
+    study = resolve(raw(paths=["line", "bezier"], curve_epochs=1, curve_batch_size=256,
+                        curve_plane=3))  # fmt: skip
     runs, out = tmp_path / "runs", tmp_path / "out"
     record = run_study(study, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert record["status"] == "finished" and "planes" in record["files"]
@@ -109,8 +105,9 @@ def test_a_study_with_paths_fits_curves_beside_the_line(digits, tmp_path):
     assert any(f.startswith("curve_planes") for f in figures)
 
 
-def test_a_study_without_curves_has_no_curve_section(digits, tmp_path):
-    study = resolve(copy.deepcopy(RAW) | {"sweep": {**RAW["sweep"], "widths": [8]}})
+def test_a_study_without_curves_has_no_curve_section(digits, tmp_path, raw):
+    base = raw()
+    study = resolve(base | {"sweep": {**base["sweep"], "widths": [8]}})
     out = tmp_path / "out"
     run_study(study, out, executor=LocalExecutor(1), runs_dir=tmp_path / "runs", quiet=True)
     rows = read_csv(out / "results.csv")

@@ -15,41 +15,44 @@ from lmc.experiments import LocalExecutor, expand, read_csv, resolve, run_study
 from lmc.report import write_report
 from lmc.store import RunStore
 
-TINY = {
-    "name": "tiny-stitch",
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp", "depth": 2},
-    "sweep": {"widths": [16], "weight_decays": [3e-3], "pairs": 1},
-    "train": {"epochs": 2},
-    "merge": {"methods": ["none", "weight"], "lambdas": 3, "calibrate": False},
-    "analysis": {"enabled": False},
-    "stitch": {"enabled": True},
-}
+
+@pytest.fixture
+def tiny(tiny_study) -> dict:
+    """The tiny study at depth 2, width 16, two epochs, merged plain and by weight matching, with
+    stitching enabled."""
+    return tiny_study(
+        "tiny-stitch",
+        model={"depth": 2},
+        sweep={"widths": [16]},
+        train={"epochs": 2},
+        merge={"methods": ["none", "weight"]},
+        stitch={"enabled": True},
+    )
 
 
-def test_stitching_enters_the_merge_id_only_when_enabled():
+def test_stitching_enters_the_merge_id_only_when_enabled(tiny):
     data = load("digits")
-    off = copy.deepcopy(TINY)
+    off = copy.deepcopy(tiny)
     del off["stitch"]
     _, plain = expand(resolve(off), data)
     _, disabled = expand(resolve({**off, "stitch": {"enabled": False}}), data)
-    _, enabled = expand(resolve(TINY), data)
+    _, enabled = expand(resolve(tiny), data)
     assert [j["id"] for j in plain] == [j["id"] for j in disabled]  # earlier ids still hold
     assert not {j["id"] for j in plain} & {j["id"] for j in enabled}
     with pytest.raises(LmcError, match=r"unknown key 'stitch.layers'"):
-        resolve({**TINY, "stitch": {"layers": 3}})
+        resolve({**tiny, "stitch": {"layers": 3}})
 
 
-def test_a_model_stitching_cannot_cut_is_refused_before_training():
-    study = {**TINY, "model": {"name": "vit", "patch": 4, "depth": 1, "heads": 2},
+def test_a_model_stitching_cannot_cut_is_refused_before_training(tiny):
+    study = {**tiny, "model": {"name": "vit", "patch": 4, "depth": 1, "heads": 2},
              "sweep": {"widths": [16], "pairs": 1}}  # fmt: skip
     with pytest.raises(LmcError, match=r"'stitch.enabled'.*stitching knows"):
         resolve(study)
 
 
-def test_the_study_writes_stitch_csv_with_the_endpoints_at_its_ends(tmp_path):
+def test_the_study_writes_stitch_csv_with_the_endpoints_at_its_ends(tmp_path, tiny):
     runs = tmp_path / "runs"
-    study = resolve(TINY)
+    study = resolve(tiny)
     record = run_study(study, tmp_path / "out", executor=LocalExecutor(1), runs_dir=runs,
                        quiet=True)  # fmt: skip
     assert record["files"]["stitch"] == "stitch.csv"
@@ -74,7 +77,7 @@ def test_the_study_writes_stitch_csv_with_the_endpoints_at_its_ends(tmp_path):
     assert "## Stitching" in text and "| 16 | 0.003 | weight matching |" in text
     assert any(Path(f).name == "stitching_wd0.003.png" for f in written["figures"])
     # turning stitching off again removes the earlier stitch.csv: no stale file is left
-    off = resolve({**TINY, "stitch": {"enabled": False}})
+    off = resolve({**tiny, "stitch": {"enabled": False}})
     record = run_study(off, tmp_path / "out", executor=LocalExecutor(1), runs_dir=runs,
                        quiet=True)  # fmt: skip
     assert "stitch" not in record["files"] and not (tmp_path / "out" / "stitch.csv").exists()

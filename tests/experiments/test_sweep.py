@@ -8,15 +8,18 @@ from lmc.experiments import LocalExecutor, read_csv, resolve, run_study
 from lmc.experiments.jobs import run_job
 from lmc.store import read_json
 
-TINY = {
-    "name": "tiny",
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp", "depth": 2},
-    "sweep": {"widths": [8, 16], "weight_decays": [3e-3], "pairs": 1},
-    "train": {"epochs": 2},
-    "merge": {"methods": ["none", "weight"], "lambdas": 5},
-    "analysis": {"max_examples": 128},
-}
+
+@pytest.fixture
+def tiny(tiny_study) -> dict:
+    """The tiny study at depth 2, widths 8 and 16, two epochs, merged plain and by weight matching
+    at five λ (calibrated), analysed on 128 examples."""
+    return tiny_study(
+        model={"depth": 2},
+        sweep={"widths": [8, 16]},
+        train={"epochs": 2},
+        merge={"methods": ["none", "weight"], "lambdas": 5, "calibrate": None},
+        analysis={"enabled": None, "max_examples": 128},
+    )
 
 
 class InterruptingExecutor(LocalExecutor):
@@ -34,8 +37,8 @@ class InterruptingExecutor(LocalExecutor):
             yield job, run_job(job, ctx), None
 
 
-def test_interrupted_sweep_resumes_without_retraining(tmp_path):
-    study = resolve(TINY)
+def test_interrupted_sweep_resumes_without_retraining(tmp_path, tiny):
+    study = resolve(tiny)
     runs = tmp_path / "runs"
     with pytest.raises(KeyboardInterrupt):
         run_study(
@@ -66,12 +69,12 @@ def test_interrupted_sweep_resumes_without_retraining(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
-def test_local_and_ray_executors_agree(tmp_path):
+def test_local_and_ray_executors_agree(tmp_path, tiny):
     from lmc.experiments import RayExecutor
 
     # one worker each: results do not depend on the number of workers (test_workers_identity),
     # and one Ray worker starts (and imports torch) once instead of twice
-    study = resolve({**TINY, "merge": {"methods": ["none"], "lambdas": 5}})
+    study = resolve({**tiny, "merge": {"methods": ["none"], "lambdas": 5}})
     local = run_study(
         study,
         tmp_path / "local",
@@ -91,7 +94,7 @@ def test_local_and_ray_executors_agree(tmp_path):
         assert (tmp_path / "local" / name).read_text() == (tmp_path / "ray" / name).read_text()
 
 
-def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_path):
+def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_path, tiny):
     """Merges finished under the ids of older lmc versions (which hashed the study's methods
     list into every merge id) are reused, also when the list grows in the same invocation
     (the old list is read from the folder's study.json), and adding a method runs only its
@@ -99,7 +102,7 @@ def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_pa
     from lmc.data import load
     from lmc.experiments import expand
 
-    study, out, runs = resolve(TINY), tmp_path / "out", tmp_path / "runs"
+    study, out, runs = resolve(tiny), tmp_path / "out", tmp_path / "runs"
     first = run_study(study, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert first["jobs"]["run"] == 8
     _, merges = expand(study, load("digits"))
@@ -118,17 +121,17 @@ def test_adding_a_method_runs_only_its_merges_and_old_job_ids_are_adopted(tmp_pa
     assert all((out / "jobs" / f"{job['id']}.json").is_file() for job in merges)
     assert all((out / "pairs" / job["id"]).is_dir() for job in merges)
     as_an_older_version_left_it()
-    grown = resolve({**TINY, "merge": {**TINY["merge"], "methods": ["none", "weight", "random"]}})
+    grown = resolve({**tiny, "merge": {**tiny["merge"], "methods": ["none", "weight", "random"]}})
     more = run_study(grown, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert more["jobs"]["run"] == 2  # the two random merges; none and weight adopted
     again = run_study(grown, out, executor=LocalExecutor(1), runs_dir=runs, quiet=True)
     assert again["jobs"]["run"] == 0
 
 
-def test_an_interrupted_invocation_is_kept_in_the_history_with_its_work(tmp_path):
+def test_an_interrupted_invocation_is_kept_in_the_history_with_its_work(tmp_path, tiny):
     """Interrupted after its trainings and one merge (the folder is kept: a merge finished),
     the resumed sweep's history holds the stopped invocation, 'running', with its jobs."""
-    study, runs = resolve(TINY), tmp_path / "runs"
+    study, runs = resolve(tiny), tmp_path / "runs"
     with pytest.raises(KeyboardInterrupt):
         run_study(study, tmp_path / "out", executor=InterruptingExecutor(5), runs_dir=runs,
                   quiet=True)  # fmt: skip

@@ -7,23 +7,25 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from lmc.experiments import LocalExecutor, resolve, run_study
 
-STUDY = {
-    "name": "tiny-retention",
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp", "depth": 1},
-    "sweep": {"widths": [16], "weight_decays": [3e-3], "pairs": 1},
-    "train": {"epochs": 1},
-    "merge": {"methods": ["none"], "lambdas": 3, "calibrate": False},
-    "analysis": {"enabled": True, "lambdas": [0.5], "max_examples": 64},
-}
+
+@pytest.fixture
+def study(tiny_study) -> dict:
+    """The tiny study at width 16, analysed at λ = 0.5 on 64 examples."""
+    return tiny_study(
+        "tiny-retention",
+        sweep={"widths": [16]},
+        analysis={"enabled": True, "lambdas": [0.5], "max_examples": 64},
+    )
 
 
-def test_layers_csv_has_retention_and_jobs_record_the_decay_budget(tmp_path):
+def test_layers_csv_has_retention_and_jobs_record_the_decay_budget(tmp_path, study):
     out = tmp_path / "out"
     run_study(
-        resolve(STUDY),
+        resolve(study),
         out,
         executor=LocalExecutor(workers=1),
         runs_dir=str(tmp_path / "runs"),

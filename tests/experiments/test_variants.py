@@ -62,36 +62,9 @@ def test_variant_rows_lead_with_the_variant_and_its_changes():
     assert list(rows[2]) == ["variant", "model.activation", "model.depth", "width"]
 
 
-STUDY = """
-name = "tiny"
-description = "two depths"
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-depth = 1
-[sweep]
-widths = [8]
-pairs = 1
-[train]
-epochs = 1
-[merge]
-methods = ["none"]
-lambdas = 3
-[analysis]
-enabled = false
-
-[[variants]]
-name = "depth1"
-model = { depth = 1 }
-
-[[variants]]
-name = "depth2"
-model = { depth = 2 }
-"""
-
-
-def test_a_sweep_runs_each_variant_and_writes_the_table_across_them(tmp_path, capsys):
+def test_a_sweep_runs_each_variant_and_writes_the_table_across_them(
+    tmp_path, capsys, tiny_study, study_toml
+):
     import json
     import warnings
 
@@ -99,7 +72,12 @@ def test_a_sweep_runs_each_variant_and_writes_the_table_across_them(tmp_path, ca
     from lmc.experiments import read_csv
 
     study = tmp_path / "tiny.toml"
-    study.write_text(STUDY)
+    variants = [
+        {"name": "depth1", "model": {"depth": 1}},
+        {"name": "depth2", "model": {"depth": 2}},
+    ]
+    raw = tiny_study(description="two depths", merge={"calibrate": None}, variants=variants)
+    study.write_text(study_toml(raw))
     out = tmp_path / "out"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a tiny run's calibration warnings

@@ -5,7 +5,6 @@ merge job's identity, so the committed studies, which pin them, keep their ids."
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from pathlib import Path
@@ -23,21 +22,18 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TINY = {
-    "name": "tiny-wm",
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp", "depth": 2},
-    "sweep": {"widths": [16], "weight_decays": [3e-3], "pairs": 1},
-    "train": {"epochs": 2},
-    "merge": {"methods": ["weight"], "lambdas": 3, "calibrate": False},
-    "analysis": {"enabled": False},
-}
 
+@pytest.fixture
+def tiny(tiny_study):
+    """``tiny(**merge)``: the tiny study at depth 2, width 16, two epochs, merged by weight
+    matching alone, with the keys ``merge`` in its [merge] table."""
 
-def _with(**merge):
-    raw = copy.deepcopy(TINY)
-    raw["merge"].update(merge)
-    return raw
+    def tiny(**merge) -> dict:
+        merge = {"methods": ["weight"], **merge}
+        return tiny_study("tiny-wm", model={"depth": 2}, sweep={"widths": [16]},
+                          train={"epochs": 2}, merge=merge)  # fmt: skip
+
+    return tiny
 
 
 LATER_KEYS = ("weight_init", "weight_restarts", "weight_solver")
@@ -53,17 +49,17 @@ def _old_rule_id(job: dict, methods: list[str]) -> str:
     return f"merge-{config_hash(old)}"
 
 
-def test_identity_start_and_scipy_keep_the_old_ids_and_other_values_enter_them():
+def test_identity_start_and_scipy_keep_the_old_ids_and_other_values_enter_them(tiny):
     data = load("digits")
     ids, jobs = {}, {}
     for key, raw in {
-        "plain": TINY,
-        "pinned": _with(weight_init="identity", weight_restarts=1, weight_solver="scipy"),
-        "onepass": _with(weight_init="onepass"),
-        "onepass-auto": _with(weight_init="onepass", weight_solver="auto"),
-        "identity-auto": _with(weight_init="identity"),
-        "restarts": _with(weight_init="identity", weight_solver="scipy", weight_restarts=3),
-        "sparse": _with(weight_init="identity", weight_solver="sparse"),
+        "plain": tiny(),
+        "pinned": tiny(weight_init="identity", weight_restarts=1, weight_solver="scipy"),
+        "onepass": tiny(weight_init="onepass"),
+        "onepass-auto": tiny(weight_init="onepass", weight_solver="auto"),
+        "identity-auto": tiny(weight_init="identity"),
+        "restarts": tiny(weight_init="identity", weight_solver="scipy", weight_restarts=3),
+        "sparse": tiny(weight_init="identity", weight_solver="sparse"),
     }.items():
         _, merges = expand(resolve(raw), data)
         ids[key], jobs[key] = merges[0]["id"], merges[0]
@@ -80,20 +76,20 @@ def test_identity_start_and_scipy_keep_the_old_ids_and_other_values_enter_them()
     for key in ("plain", "identity-auto", "restarts", "sparse"):
         assert jobs[key]["legacy_ids"][0] != _old_rule_id(jobs[key], ["weight"])
     with pytest.raises(LmcError, match="'merge.weight_init'"):
-        resolve(_with(weight_init="activation"))
+        resolve(tiny(weight_init="activation"))
     with pytest.raises(LmcError, match="'merge.weight_restarts'"):
-        resolve(_with(weight_restarts=0))
+        resolve(tiny(weight_restarts=0))
     with pytest.raises(LmcError, match="'merge.weight_solver'"):
-        resolve(_with(weight_solver="hungarian"))
+        resolve(tiny(weight_solver="hungarian"))
 
 
-def test_lapx_asked_for_where_it_cannot_run_is_refused_before_anything_runs(monkeypatch):
+def test_lapx_asked_for_where_it_cannot_run_is_refused_before_anything_runs(monkeypatch, tiny):
     from lmc.perm import lap
 
     monkeypatch.setattr(lap, "lapx_problem", lambda: "the lapx package is not installed")
     with pytest.raises(LmcError, match="'merge.weight_solver'.*not installed"):
-        resolve(_with(weight_solver="lapx"))
-    resolve(_with(weight_solver="lapx", methods=["none"]))  # no weight matching: not needed
+        resolve(tiny(weight_solver="lapx"))
+    resolve(tiny(weight_solver="lapx", methods=["none"]))  # no weight matching: not needed
     assert lap.resolve_solver("auto") == "scipy"  # the default falls back to SciPy's
 
 
@@ -129,8 +125,8 @@ def test_every_committed_study_with_weight_matching_pins_its_start_and_solver(wh
     assert checked >= 10
 
 
-def test_a_sweep_runs_weight_matching_with_the_asked_start_and_restarts(tmp_path):
-    study = resolve(_with(weight_init="onepass", weight_restarts=3))
+def test_a_sweep_runs_weight_matching_with_the_asked_start_and_restarts(tmp_path, tiny):
+    study = resolve(tiny(weight_init="onepass", weight_restarts=3))
     record = run_study(study, tmp_path / "o", executor=LocalExecutor(1),
                        runs_dir=tmp_path / "runs", quiet=True)  # fmt: skip
     (job,) = (tmp_path / "o" / "jobs").glob("merge-*.json")
@@ -142,15 +138,15 @@ def test_a_sweep_runs_weight_matching_with_the_asked_start_and_restarts(tmp_path
     assert record["status"] == "finished"
 
 
-def test_merges_of_other_methods_keep_their_ids_whatever_the_weight_matching_keys():
+def test_merges_of_other_methods_keep_their_ids_whatever_the_weight_matching_keys(tiny):
     """A ``none`` (or ``activation``) merge never reads weight_init / weight_solver /
     weight_restarts: at the new defaults its id is the one it had before they existed."""
     data = load("digits")
     ids = set()
     for raw in (
-        _with(methods=["none", "activation"]),
-        _with(methods=["none", "activation"], weight_init="identity", weight_solver="scipy"),
-        _with(methods=["none", "activation"], weight_restarts=4, weight_solver="sparse"),
+        tiny(methods=["none", "activation"]),
+        tiny(methods=["none", "activation"], weight_init="identity", weight_solver="scipy"),
+        tiny(methods=["none", "activation"], weight_restarts=4, weight_solver="sparse"),
     ):
         _, merges = expand(resolve(raw), data)
         for job in merges:

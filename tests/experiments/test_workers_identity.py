@@ -1,21 +1,27 @@
 """Results do not depend on the worker count: a small sweep run in-process (1 worker) and in a
 pool of 2 workers writes byte-identical results.csv, layers.csv and table1.csv."""
 
+import pytest
+
 from lmc.experiments import LocalExecutor, resolve, run_study
 
-STUDY = {
-    "name": "workers",
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp", "depth": 2},
-    "sweep": {"widths": [8, 32], "weight_decays": [3e-3], "pairs": 1},
-    "train": {"epochs": 2},
-    "merge": {"methods": ["none", "weight"], "lambdas": 5},
-    "analysis": {"max_examples": 128},
-}
+
+@pytest.fixture
+def study(tiny_study) -> dict:
+    """The tiny study at depth 2, widths 8 and 32, two epochs, merged plain and by weight matching
+    at five λ (calibrated), analysed on 128 examples."""
+    return tiny_study(
+        "workers",
+        model={"depth": 2},
+        sweep={"widths": [8, 32]},
+        train={"epochs": 2},
+        merge={"methods": ["none", "weight"], "lambdas": 5, "calibrate": None},
+        analysis={"enabled": None, "max_examples": 128},
+    )
 
 
-def test_one_and_two_workers_give_identical_results(tmp_path):
-    study = resolve(STUDY)
+def test_one_and_two_workers_give_identical_results(tmp_path, study):
+    study = resolve(study)
     for workers in (1, 2):
         executor = LocalExecutor(workers)
         pools = []

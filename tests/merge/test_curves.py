@@ -35,16 +35,6 @@ from lmc.store import RunStore, load_run
 GRID = [i / 10 for i in range(11)]
 
 
-def random_state(seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "w": torch.randn(4, 3, generator=g),
-        "b": torch.randn(4, generator=g),
-        "bn.running_mean": torch.randn(4, generator=g),
-        "bn.num_batches_tracked": torch.tensor(seed + 10),
-    }
-
-
 def expected_loss(curve, model, x, y, **kw) -> float:
     """The mean loss over the fixed grid of 11 t values (the trapezoid-free estimate of
     E_t L(θ(t)) every before/after comparison here uses)."""
@@ -74,7 +64,7 @@ def test_path_kinds_are_line_bezier_chain_with_weights_summing_to_one():
 
 
 @pytest.mark.parametrize("kind", ["bezier", "chain"])
-def test_a_curve_at_t_0_and_1_gives_the_endpoints(kind):
+def test_a_curve_at_t_0_and_1_gives_the_endpoints(kind, random_state):
     a, b, c = random_state(0), random_state(1), random_state(2)
     curve = Curve(kind, a, b, c)
     start, end = curve.point(0.0), curve.point(1.0)
@@ -86,7 +76,7 @@ def test_a_curve_at_t_0_and_1_gives_the_endpoints(kind):
     assert all(curve.point(t)["bn.num_batches_tracked"] == 10 for t in (0.0, 0.4, 1.0))
 
 
-def test_a_chain_whose_bend_is_the_midpoint_is_the_line():
+def test_a_chain_whose_bend_is_the_midpoint_is_the_line(random_state):
     a, b = random_state(0), random_state(1)
     chain = Curve("chain", a, b, midpoint_control(a, b))
     for t in GRID + [0.123, 0.5001, 0.987]:
@@ -96,14 +86,14 @@ def test_a_chain_whose_bend_is_the_midpoint_is_the_line():
             assert torch.allclose(point[k], line[k], atol=1e-6, rtol=0), (t, k)
 
 
-def test_a_chain_passes_through_its_bend_at_one_half():
+def test_a_chain_passes_through_its_bend_at_one_half(random_state):
     a, b, c = random_state(0), random_state(1), random_state(2)
     point = Curve("chain", a, b, c).point(0.5)
     for k in ("w", "b", "bn.running_mean"):
         assert torch.equal(point[k], c[k])
 
 
-def test_the_bezier_curve_at_one_half_is_a_quarter_a_half_control_a_quarter_b():
+def test_the_bezier_curve_at_one_half_is_a_quarter_a_half_control_a_quarter_b(random_state):
     a, b, c = random_state(0), random_state(1), random_state(2)
     point = Curve("bezier", a, b, c).point(0.5)
     for k in ("w", "b", "bn.running_mean"):
@@ -113,7 +103,7 @@ def test_the_bezier_curve_at_one_half_is_a_quarter_a_half_control_a_quarter_b():
     assert torch.allclose(mid["w"], lerp(a, b, 0.3)["w"], atol=1e-6)
 
 
-def test_curve_checks_its_states_and_measures_the_bend():
+def test_curve_checks_its_states_and_measures_the_bend(random_state):
     a, b, c = random_state(0), random_state(1), random_state(2)
     with pytest.raises(LmcError, match="no control point"):
         Curve("line", a, b, c)

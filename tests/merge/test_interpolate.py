@@ -12,17 +12,7 @@ from lmc.config import LmcError
 from lmc.merge import average, lerp, lerp_into, lerp_stack, merge_many
 
 
-def random_state(seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "w": torch.randn(4, 3, generator=g),
-        "b": torch.randn(4, generator=g),
-        "bn.running_mean": torch.randn(4, generator=g),
-        "bn.num_batches_tracked": torch.tensor(seed + 10),
-    }
-
-
-def test_lerp_formula_and_integer_buffers_from_a():
+def test_lerp_formula_and_integer_buffers_from_a(random_state):
     a, b = random_state(0), random_state(1)
     out = lerp(a, b, 0.3)
     for k in ("w", "b", "bn.running_mean"):
@@ -31,7 +21,7 @@ def test_lerp_formula_and_integer_buffers_from_a():
     assert out["bn.num_batches_tracked"].dtype == torch.int64
 
 
-def test_lerp_endpoints_are_exact_copies():
+def test_lerp_endpoints_are_exact_copies(random_state):
     a, b = random_state(0), random_state(1)
     out0, out1 = lerp(a, b, 0.0), lerp(a, b, 1.0)
     for k in a:
@@ -55,7 +45,7 @@ def test_endpoint_models_reproduce_outputs_bit_for_bit(mlp_pair, digits):
         assert not torch.equal(m(x), a(x))
 
 
-def test_lerp_stack_matches_lerp():
+def test_lerp_stack_matches_lerp(random_state):
     a, b = random_state(0), random_state(1)
     lams = [0.0, 0.25, 0.9, 1.0]
     st = lerp_stack(a, b, lams)
@@ -66,7 +56,7 @@ def test_lerp_stack_matches_lerp():
     assert torch.equal(st["w"][0], a["w"]) and torch.equal(st["w"][3], b["w"])
 
 
-def test_mismatches_name_the_first_entry():
+def test_mismatches_name_the_first_entry(random_state):
     a, b = random_state(0), random_state(1)
     b["w"] = torch.zeros(5, 3)
     with pytest.raises(LmcError, match=r"'w' has shape \(4, 3\) in A but \(5, 3\) in B"):
@@ -87,7 +77,7 @@ def test_mismatches_name_the_first_entry():
         lerp(m16, m32, 0.5)
 
 
-def test_weighted_average():
+def test_weighted_average(random_state):
     s = [random_state(i) for i in range(3)]
     out = average(s, [1.0, 2.0, 1.0])
     for k in ("w", "b"):

@@ -53,6 +53,16 @@ def mlp_pair(digits):
 
 
 @pytest.fixture(scope="session")
+def perfect_subset(digits, mlp_pair):
+    """``(x, y)``: 400 training examples that A of ``mlp_pair`` classifies every one correctly
+    (a calibration subset on which A's fitted temperature runs to its bound)."""
+    x_tr, y_tr, _, _ = digits
+    with torch.no_grad():
+        right = mlp_pair[0](x_tr).argmax(1) == y_tr
+    return x_tr[right][:400], y_tr[right][:400]
+
+
+@pytest.fixture(scope="session")
 def bn_pair(digits):
     """Two small BatchNorm MLPs trained from seeds 0 and 1."""
     x_tr, y_tr, _, _ = digits

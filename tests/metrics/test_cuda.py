@@ -9,10 +9,7 @@ import torch
 from lmc.metrics import evaluate_path
 from lmc.models import build
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a GPU)"),
-]
+pytestmark = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 
 
 def test_a_path_on_cuda_matches_the_cpu():

@@ -175,12 +175,11 @@ def test_batchnorm_models_reset_per_lambda(digits, bn_pair):
         evaluate_path(a, b, x, y, 3, bn="reset", bn_inputs=x_tr, method="batched")
 
 
-def test_perfectly_classified_calibration_subset_gives_undefined_calibrated_loss(digits, mlp_pair):
-    x_tr, y_tr, _, _ = digits
+def test_perfectly_classified_calibration_subset_gives_undefined_calibrated_loss(
+    mlp_pair, perfect_subset
+):
     a, b = mlp_pair
-    with torch.no_grad():
-        right = a(x_tr).argmax(1) == y_tr
-    x, y = x_tr[right][:400], y_tr[right][:400]  # A classifies every example correctly
+    x, y = perfect_subset  # A classifies every example correctly
     for calibration in ("split", "crossfit"):
         with pytest.warns(LmcWarning):
             res = evaluate_path(a, b, x, y, 3, calibrate=True, calibration=calibration)

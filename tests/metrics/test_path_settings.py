@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 from lmc.config import LmcError, LmcWarning
 from lmc.metrics import PER_LAMBDA_KEYS, PathResult, PathSettings, evaluate_path
@@ -107,12 +106,10 @@ def test_per_lambda_keys_are_the_one_list(digits, mlp_pair):
     assert all(getattr(calibrated, k) is not None for k in PER_LAMBDA_KEYS)
 
 
-def test_calibration_at_its_bound_warns(digits, mlp_pair):
-    x_tr, y_tr, x, y = digits
+def test_calibration_at_its_bound_warns(digits, mlp_pair, perfect_subset):
+    _, _, x, y = digits
     a, b = mlp_pair
-    with torch.no_grad():
-        right = a(x_tr).argmax(1) == y_tr
-    xs, ys = x_tr[right][:400], y_tr[right][:400]  # A classifies every example correctly
+    xs, ys = perfect_subset  # A classifies every example correctly
     with pytest.warns(LmcWarning) as caught:
         res = evaluate_path(a, b, xs, ys, 3, calibrate=True, calibration="split")
     assert len(caught) == 1 and caught[0].filename == __file__  # points at the caller
@@ -129,12 +126,9 @@ def test_calibration_at_its_bound_warns(digits, mlp_pair):
     assert ok.calibration_at_bound == [] and ok.calibration_warning() is None
 
 
-def test_crossfit_calibration_at_its_bound_warns(digits, mlp_pair):
-    x_tr, y_tr, _, _ = digits
+def test_crossfit_calibration_at_its_bound_warns(mlp_pair, perfect_subset):
     a, b = mlp_pair
-    with torch.no_grad():
-        right = a(x_tr).argmax(1) == y_tr
-    xs, ys = x_tr[right][:400], y_tr[right][:400]  # A classifies every example correctly
+    xs, ys = perfect_subset  # A classifies every example correctly
     with pytest.warns(LmcWarning) as caught:
         res = evaluate_path(a, b, xs, ys, 3, calibrate=True)  # auto: 400 examples cross-fit
     assert res.calibration_method == "crossfit" and res.calibration_folds == 5

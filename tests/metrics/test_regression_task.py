@@ -5,16 +5,14 @@ analysis without any change to lmc, and calibration is refused clearly."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from lmc.analysis import layerwise, stitching_errors
 from lmc.config import LmcError
 from lmc.data import Dataset
-from lmc.data.tasks import TASKS, Task, register_task
+from lmc.data.tasks import Task
 from lmc.metrics import evaluate_path, fit_inverse_temperature
 from lmc.metrics.ece import classification_metrics, expected_calibration_error
 from lmc.models import build
@@ -24,43 +22,9 @@ from lmc.train.evaluate import evaluate
 IN, OUT = 4, 2
 
 
-@dataclass(frozen=True)
-class ToyRegression(Task):
-    """Output (N, D) values, target (N, D) float values; loss the mean squared error."""
-
-    def check(self, output, target, *, name="labels", num_classes=None) -> None:
-        if not target.is_floating_point() or target.dim() != 2:
-            raise LmcError(f"{name} must be (N, D) float values, got {tuple(target.shape)}")
-        if output is not None and output.shape[1:] != target.shape[1:]:
-            raise LmcError(f"output {tuple(output.shape)} does not fit {name}")
-
-    def loss(self, output, target, *, label_smoothing=0.0):
-        return F.mse_loss(output, target)
-
-    def prediction_losses(self, output, target):
-        return ((output - target) ** 2).mean(dim=-1)
-
-    def loss_sum(self, output, target):
-        return ((output.double() - target.double()) ** 2).mean(dim=-1).sum()
-
-    def stack_losses(self, outputs, targets, beta=1.0):
-        return ((outputs.double() - targets.double()) ** 2).mean(dim=-1)
-
-    def correct(self, output, target):
-        return None
-
-    def correct_count(self, output, target):
-        return None
-
-    def stack_accuracy(self, outputs, targets):
-        return None
-
-
 @pytest.fixture
-def task():
-    toy = register_task(ToyRegression("toy-regression", 1, "values (N, D)", calibrates=False))
-    yield toy
-    del TASKS[toy.name]
+def task(regression_task):
+    return regression_task
 
 
 def _data(task: Task) -> Dataset:

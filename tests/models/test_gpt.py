@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 
 import pytest
 import torch
@@ -35,27 +34,13 @@ def test_logits_per_position_and_shorter_sequences():
     assert model(_tokens(2, 3)).shape == (2, 3, VOCAB)
 
 
-def test_bad_input_is_a_one_line_error():
-    model = _tiny()
-    with pytest.raises(LmcError, match="exceed the context of 7"):
-        model(_tokens(1, CONTEXT + 1))
-    with pytest.raises(LmcError, match="integer token ids"):
-        model(torch.randn(2, 5))
+def test_bad_input_is_a_one_line_error(assert_refuses_bad_tokens):
+    assert_refuses_bad_tokens(_tiny(), _tokens(1, CONTEXT + 1), CONTEXT)
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_causal_a_later_token_never_changes_earlier_logits(tied):
-    model = _tiny(tied=tied, depth=2)
-    x = _tokens(3, CONTEXT)
-    base = model(x)
-    for j in range(CONTEXT):
-        y = x.clone()
-        y[:, j] = (y[:, j] + 1) % VOCAB
-        out = model(y)
-        torch.testing.assert_close(out[:, :j], base[:, :j], atol=0, rtol=0)
-        assert not torch.allclose(out[:, j], base[:, j])  # position j sees token j
-        if j + 1 < CONTEXT:
-            assert not torch.allclose(out[:, j + 1 :], base[:, j + 1 :])
+def test_causal_a_later_token_never_changes_earlier_logits(tied, assert_causal):
+    assert_causal(_tiny(tied=tied, depth=2), _tokens(3, CONTEXT), VOCAB)
 
 
 def test_tied_head_shares_the_embedding_storage():
@@ -191,16 +176,6 @@ def test_apply_weight_keeps_the_features_first_layout():
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_a_permuted_gpt_computes_the_same_function(tied):
-    from lmc.perm import apply_permutation, random_permutation, spec_from_model
-
+def test_a_permuted_gpt_computes_the_same_function(tied, assert_permutation_keeps_function):
     model = _tiny(tied=tied)
-    x = _tokens(4, 6)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = spec_from_model(model, x[:2])
-    state = apply_permutation(spec, random_permutation(spec, 7), model.state_dict())
-    assert not torch.equal(state["blocks.0.attn.qkv.weight"], model.blocks[0].attn.qkv.weight)
-    permuted = copy.deepcopy(model)
-    permuted.load_state_dict(state)
-    torch.testing.assert_close(permuted(x), model(x), atol=1e-5, rtol=1e-5)
+    assert_permutation_keeps_function(model, _tokens(4, 6), 7, "blocks.0.attn.qkv.weight")

@@ -118,26 +118,14 @@ def test_seeded_initialisation_draws_the_embedding_and_resets_the_gains():
         assert torch.equal(value, b.state_dict()[key]), key
 
 
-def test_bad_input_is_a_one_line_error():
-    model = _model()
-    with pytest.raises(LmcError, match="exceed the context of 8"):
-        model(_tokens(1, CONTEXT + 1))
-    with pytest.raises(LmcError, match="integer token ids"):
-        model(torch.randn(2, 5))
+def test_bad_input_is_a_one_line_error(assert_refuses_bad_tokens):
+    assert_refuses_bad_tokens(_model(), _tokens(1, CONTEXT + 1), CONTEXT)
 
 
 @pytest.mark.parametrize("config", ["mha", "gqa_tied"])
-def test_causal_a_later_token_never_changes_earlier_logits(config):
+def test_causal_a_later_token_never_changes_earlier_logits(config, assert_causal):
     kv_heads, tied = CONFIGS[config]
-    model = _model(kv_heads=kv_heads, tied=tied)
-    x = _tokens(3)
-    base = model(x)
-    for j in range(CONTEXT):
-        y = x.clone()
-        y[:, j] = (y[:, j] + 1) % VOCAB
-        out = model(y)
-        torch.testing.assert_close(out[:, :j], base[:, :j], atol=0, rtol=0)
-        assert not torch.allclose(out[:, j], base[:, j])  # position j sees token j
+    assert_causal(_model(kv_heads=kv_heads, tied=tied), _tokens(3), VOCAB)
 
 
 def test_rope_matches_a_complex_rotation_of_the_half_split_pairs():

@@ -22,28 +22,6 @@ from lmc.pair import (
 )
 from lmc.store import output_dir
 
-STUDY = """
-name = "pair-agreement"
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-depth = 1
-[sweep]
-widths = [16]
-pairs = 1
-[train]
-epochs = 2
-[merge]
-methods = ["activation"]
-lambdas = 5
-calibrate = true
-align_seed = 3
-align_examples = 300
-[analysis]
-enabled = false
-"""
-
 PATH_KEYS = (
     "lambdas", "loss", "accuracy", "calibrated_loss", "inverse_temperature", "ensemble_loss",
     "ensemble_accuracy", "logit_norm", "loss_barrier", "midpoint_loss_barrier",
@@ -51,7 +29,17 @@ PATH_KEYS = (
 )  # fmt: skip
 
 
-def _sweep(tmp_path, capsys, study=STUDY):
+@pytest.fixture
+def study(tiny_study, study_toml) -> str:
+    """The tiny study's file at width 16, two epochs, aligned by activation matching (seed 3,
+    300 examples) and calibrated, at five λ."""
+    merge = {"methods": ["activation"], "lambdas": 5, "calibrate": True, "align_seed": 3,
+             "align_examples": 300}  # fmt: skip
+    raw = tiny_study("pair-agreement", sweep={"widths": [16]}, train={"epochs": 2}, merge=merge)
+    return study_toml(raw)
+
+
+def _sweep(tmp_path, capsys, study: str):
     (tmp_path / "study.toml").write_text(study)
     argv = ["sweep", str(tmp_path / "study.toml"), "--out", str(tmp_path / "out")]
     argv += ["--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--quiet", "--json"]
@@ -59,8 +47,8 @@ def _sweep(tmp_path, capsys, study=STUDY):
     return json.loads(capsys.readouterr().out)
 
 
-def test_cli_interpolate_and_sweep_merge_job_agree(tmp_path, capsys):
-    _sweep(tmp_path, capsys)
+def test_cli_interpolate_and_sweep_merge_job_agree(tmp_path, capsys, study):
+    _sweep(tmp_path, capsys, study)
     (job_file,) = (tmp_path / "out" / "jobs").glob("merge-*.json")
     job = json.loads(job_file.read_text())
     swept = json.loads((tmp_path / "out" / "pairs" / job_file.stem / "summary.json").read_text())
@@ -77,8 +65,8 @@ def test_cli_interpolate_and_sweep_merge_job_agree(tmp_path, capsys):
     assert on_disk["loss"] == cli["loss"]
 
 
-def test_lmc_train_reuses_the_run_a_sweep_trained(tmp_path, capsys):
-    _sweep(tmp_path, capsys)
+def test_lmc_train_reuses_the_run_a_sweep_trained(tmp_path, capsys, study):
+    _sweep(tmp_path, capsys, study)
     argv = ["train", "--dataset", "digits", "--model", "mlp", "--width", "16", "--depth", "1"]
     argv += ["--epochs", "2", "--seed", "0", "--runs-dir", str(tmp_path / "runs"), "--json"]
     assert main(argv + ["--quiet"]) == 0

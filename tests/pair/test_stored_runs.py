@@ -6,38 +6,17 @@ import pytest
 import torch
 
 from lmc.config import LmcError
-from lmc.models import build
 from lmc.pair import align_runs, merge_runs
-from lmc.perm import apply_permutation, random_permutation, spec_from_model
 from lmc.store import RunStore, load_run, load_tensors, read_json
-from lmc.train import TrainSettings, fit
 
 OPTIONS = dict(input_size=64, width=16, depth=2)
 
 
-def _config(seed: int) -> dict:
-    return {
-        "kind": "train",
-        "dataset": "digits",
-        "dataset_options": {},
-        "model": "mlp",
-        "model_options": dict(OPTIONS),
-        "train": {"epochs": 1, "init_seed": seed, "data_seed": seed},
-    }
-
-
 @pytest.fixture(scope="module")
-def permuted(tmp_path_factory, digits):
+def permuted(tmp_path_factory, digits, save_permuted_runs):
     """A trained MLP stored as a run, and two copies of it under random permutations."""
     store = RunStore(tmp_path_factory.mktemp("runs"))
-    model = build("mlp", seed=0, **OPTIONS)
-    fit(model, digits, TrainSettings(epochs=1, init_seed=0, data_seed=0))
-    model.eval()
-    spec = spec_from_model(model, digits.x_train[:2])
-    runs = [store.save(_config(0), model.state_dict(), {})]
-    for seed in (31, 32):
-        state = apply_permutation(spec, random_permutation(spec, seed), model.state_dict())
-        runs.append(store.save(_config(seed), state, {}))
+    model, runs = save_permuted_runs(store, digits, OPTIONS, (31, 32))
     return store, model, runs
 
 

@@ -1,4 +1,5 @@
-"""Models defined only for the permutation tests, handed out by the ``extra_models`` fixture."""
+"""Models defined only for the permutation tests, handed out by the ``extra_models`` and
+``attention_models`` fixtures, and ``canonical_gpt_pair``: two tiny GPTs in canonical form."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from lmc.data.text import build_text_dataset
+from lmc.models import build
+from lmc.perm.canonical import canonicalize
+from lmc.perm.symmetry import symmetry_spec
 
 
 class ResidualCNN(nn.Module):
@@ -228,3 +234,18 @@ def extra_models() -> SimpleNamespace:
         TwoOutputs=TwoOutputs,
         GroupedNorm=GroupedNorm,
     )
+
+
+@pytest.fixture(scope="module")
+def canonical_gpt_pair():
+    """``(a, b, spec, data)``: two GPTs (width 8, depth 1, 2 heads, context 6) from seeds 0 and
+    1 in canonical form and eval mode, A's symmetry spec, and the text dataset they read (a
+    pangram repeated 60 times)."""
+    data = build_text_dataset("t", "the quick brown fox jumps over the lazy dog. " * 60, context=6)
+
+    def gpt(seed):
+        model = build("gpt", seed=seed, vocab=data.vocab_size, context=6, width=8, depth=1, heads=2)
+        return canonicalize(model.eval())
+
+    a, b = gpt(0), gpt(1)
+    return a, b, symmetry_spec(a, data.x_train[:2]), data

@@ -9,34 +9,20 @@ import pytest
 import torch
 
 from lmc.cli.main import build_parser, main
-from lmc.models import build
 from lmc.perm import apply_permutation, spec_from_model
 from lmc.store import RunStore, load_run, load_tensors, read_json
-from lmc.train import TrainSettings, fit
 
 OPTIONS = dict(input_size=64, width=16, depth=2)
-
-
-def _save_run(store: RunStore, digits, seed: int, options=OPTIONS):
-    model = build("mlp", seed=seed, **options)
-    fit(model, digits, TrainSettings(epochs=2, init_seed=seed, data_seed=seed))
-    config = {
-        "kind": "train",
-        "dataset": "digits",
-        "dataset_options": {},
-        "model": "mlp",
-        "model_options": dict(options),
-        "train": {"epochs": 2, "init_seed": seed, "data_seed": seed},
-    }
-    return store.save(config, model.state_dict(), {"final_test_loss": 0.0})
+INFO_KEYS = {"method", "seed", "objective_before", "objective_after", "moved_fraction", "seconds"}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, digits):
+def runs(tmp_path_factory, digits, save_digits_run):
+    """Two digits MLPs of width 16 and one of width 20, trained two epochs, in a store."""
     root = tmp_path_factory.mktemp("runs")
     store = RunStore(root)
-    a, b = _save_run(store, digits, 1), _save_run(store, digits, 2)
-    wide = _save_run(store, digits, 3, dict(input_size=64, width=20, depth=2))
+    a, b = (save_digits_run(store, digits, seed, OPTIONS, epochs=2) for seed in (1, 2))
+    wide = save_digits_run(store, digits, 3, dict(OPTIONS, width=20), epochs=2)
     return root, a.path, b.path, wide.path
 
 
@@ -86,17 +72,7 @@ def test_align_writes_a_new_run_and_reuses_it(runs, capsys, digits):
 
 def test_align_json_for_every_method(runs, capsys):
     root, a, b, _ = runs
-    keys = {
-        "run_dir",
-        "method",
-        "seed",
-        "objective_before",
-        "objective_after",
-        "moved_fraction",
-        "seconds",
-        "reference",
-        "source",
-    }
+    keys = {"run_dir", *INFO_KEYS, "reference", "source"}
     dirs = set()
     for method, extra in (
         ("weight", []),
@@ -153,24 +129,16 @@ def test_align_init_restarts_and_solver_enter_the_config_only_away_from_earlier_
     assert default["run_dir"] != out["run_dir"]
 
 
-def _error(capsys, argv) -> str:
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and captured.out == ""
-    return lines[0]
-
-
-def test_align_errors_are_one_line(runs, capsys, tmp_path):
+def test_align_errors_are_one_line(runs, capsys, tmp_path, cli_error):
     root, a, b, wide = runs
-    message = _error(capsys, ["align", str(a), str(tmp_path / "missing"), "--runs-dir", str(root)])
+    message = cli_error(["align", str(a), str(tmp_path / "missing"), "--runs-dir", str(root)])
     assert "missing" in message and "not a run folder" in message
-    message = _error(capsys, ["align", str(a), str(wide), "--runs-dir", str(root)])
+    message = cli_error(["align", str(a), str(wide), "--runs-dir", str(root)])
     assert "fc1.weight" in message and "(16, 64)" in message and "(20, 64)" in message
-    message = _error(capsys, ["align", str(a), str(b), "--method", "magic"])
+    message = cli_error(["align", str(a), str(b), "--method", "magic"])
     assert "magic" in message and "weight" in message
-    message = _error(
-        capsys, ["align", str(a), str(b), "--method", "activation", "--statistic", "median"]
+    message = cli_error(
+        ["align", str(a), str(b), "--method", "activation", "--statistic", "median"]
     )
     assert "median" in message
 

@@ -15,10 +15,7 @@ from lmc.perm import (
     weight_matching,
 )
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a GPU)"),
-]
+pytestmark = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 
 
 @pytest.mark.parametrize("init", ["onepass", "identity"])

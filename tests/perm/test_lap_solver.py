@@ -50,14 +50,19 @@ def _check(s: np.ndarray, perm: torch.Tensor, best: float) -> None:
     assert abs(value - best) <= tol, (n, value, best)
 
 
-def test_both_solvers_reach_scipys_objective_on_1000_matrices():
-    rng = np.random.default_rng(0)
-    certified = 0
+def _matrices(rng: np.random.Generator):
+    """The 1000 test matrices drawn from ``rng`` in turn (a caller may draw from it between
+    them), each as ``(i, s, s as a tensor, SciPy's optimal objective)``."""
     for i in range(1000):
         s = _matrix(rng, i)
         rows, cols = linear_sum_assignment(s, maximize=True)
-        best = float(s[rows, cols].sum())
-        st = torch.from_numpy(s)
+        yield i, s, torch.from_numpy(s), float(s[rows, cols].sum())
+
+
+def test_both_solvers_reach_scipys_objective_on_1000_matrices():
+    rng = np.random.default_rng(0)
+    certified = 0
+    for i, s, st, best in _matrices(rng):
         _check(s, linear_assignment(st), best)
         # the sparse solver on every size (min_size=1), cold and warm-started from prices of a
         # perturbed copy (what weight matching hands it)
@@ -85,11 +90,7 @@ def test_lapx_reaches_scipys_objective_on_the_same_1000_matrices_and_is_determin
     monkeypatch.setattr(lap, "AUTO_LAPX_MIN", 1)  # auto: lapx on every size
     rng = np.random.default_rng(0)
     other = 0
-    for i in range(1000):
-        s = _matrix(rng, i)
-        rows, cols = linear_sum_assignment(s, maximize=True)
-        best = float(s[rows, cols].sum())
-        st = torch.from_numpy(s)
+    for i, s, st, best in _matrices(rng):
         first = linear_assignment(st, solver="lapx")
         _check(s, first, best)
         assert torch.equal(first, solve_assignment(st, solver="auto").perm)

@@ -8,29 +8,17 @@ import pytest
 import torch
 
 from lmc.config import LmcError
-from lmc.data.text import build_text_dataset
-from lmc.models import build
 from lmc.perm import Alignment, Orthogonal, align
 from lmc.perm.canonical import canonicalize
 from lmc.perm.learned import _apply_rotations, learnable_groups, learned_alignment
-from lmc.perm.symmetry import symmetry_spec
 from lmc.perm.transforms import Invertible, Permutation
 
-WIDTH, HEADS, CONTEXT = 8, 2, 6
-TEXT = "the quick brown fox jumps over the lazy dog. " * 60
+HEADS = 2  # the heads of canonical_gpt_pair (tests/perm/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def pair():
-    data = build_text_dataset("t", TEXT, context=CONTEXT)
-
-    def gpt(seed):
-        model = build("gpt", seed=seed, vocab=data.vocab_size, context=CONTEXT, width=WIDTH,
-                      depth=1, heads=HEADS)  # fmt: skip
-        return canonicalize(model.eval())
-
-    a, b = gpt(0), gpt(1)
-    return a, b, symmetry_spec(a, data.x_train[:2]), data
+def pair(canonical_gpt_pair):
+    return canonical_gpt_pair
 
 
 def test_the_learnable_groups_are_the_stream_and_the_within_head_dims(pair):

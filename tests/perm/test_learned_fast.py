@@ -12,16 +12,11 @@ import pytest
 import torch
 
 from lmc.config import LmcError
-from lmc.data.text import build_text_dataset
 from lmc.experiments.jobs import merge_identity
-from lmc.models import build
 from lmc.perm.canonical import canonicalize
 from lmc.perm.learned import learned_alignment
 from lmc.perm.methods import NO_LEGACY, get_method
-from lmc.perm.symmetry import symmetry_spec
 
-WIDTH, HEADS, CONTEXT = 8, 2, 6
-TEXT = "the quick brown fox jumps over the lazy dog. " * 60
 ROOT = Path(__file__).resolve().parents[2]
 #: the settings learned alignment had before issue 42 item 5, as merges and aligned runs hold them
 EARLIER = {"steps": 200, "lr": 1e-2, "batch_size": 64, "lambdas": "uniform", "heads": True,
@@ -29,16 +24,8 @@ EARLIER = {"steps": 200, "lr": 1e-2, "batch_size": 64, "lambdas": "uniform", "he
 
 
 @pytest.fixture(scope="module")
-def pair():
-    data = build_text_dataset("t", TEXT, context=CONTEXT)
-
-    def gpt(seed):
-        model = build("gpt", seed=seed, vocab=data.vocab_size, context=CONTEXT, width=WIDTH,
-                      depth=1, heads=HEADS)  # fmt: skip
-        return canonicalize(model.eval())
-
-    a, b = gpt(0), gpt(1)
-    return a, b, symmetry_spec(a, data.x_train[:2]), data
+def pair(canonical_gpt_pair):
+    return canonical_gpt_pair
 
 
 def _keeps_b(result, spec, b, data) -> bool:

@@ -24,6 +24,7 @@ from lmc.perm.activation_match import CrossStats
 from lmc.train import TrainSettings, evaluate, fit
 
 MLP = dict(input_size=64, width=128, depth=3)
+INFO_KEYS = {"method", "seed", "objective_before", "objective_after", "moved_fraction", "seconds"}
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +55,7 @@ def test_matching_methods_on_two_trained_mlps(trained, digits):
         info = result.info
         results[method] = (_midpoint_loss(sa, result.state_dict, digits), info)
         assert info["objective_after"] > info["objective_before"]
-        assert set(info) >= {
-            "method",
-            "seed",
-            "objective_before",
-            "objective_after",
-            "moved_fraction",
-            "seconds",
-        }
+        assert set(info) >= INFO_KEYS
         assert set(info["moved_fraction"]) == {"fc1", "fc2", "fc3"}
     wm_loss, wm_info = results["weight"]
     am_loss = results["activation"][0]

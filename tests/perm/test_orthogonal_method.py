@@ -42,15 +42,22 @@ def test_the_method_record_says_it_aligns_canonical_forms():
     assert not get_method("weight").canonical
 
 
+def _moved_copy(a, spec, perm_seed: int, rotation_seed: int):
+    """``(B, stream)``: the canonical GPT ``a`` under a known alignment, random permutations of
+    every group (``perm_seed``) but the residual stream, which a Haar-random rotation
+    (``rotation_seed``) turns; and the stream's group."""
+    (stream,) = default_orthogonal_groups(spec)
+    known = dict(random_alignment(spec, perm_seed, "permutation"))
+    known[stream] = Orthogonal.random(spec.group_sizes[stream], rotation_seed)
+    b = canonicalize(_gpt(0).eval())
+    b.load_state_dict(Alignment(known).apply(spec, a.state_dict()))
+    return b, stream
+
+
 def test_a_known_rotation_and_permutations_are_recovered_through_align():
     canonical_a = canonicalize(_gpt(0).eval())
     x = _tokens(2)
-    spec = symmetry_spec(canonical_a, x)
-    (stream,) = default_orthogonal_groups(spec)
-    known = dict(random_alignment(spec, 3, "permutation"))
-    known[stream] = Orthogonal.random(WIDTH, 4)
-    model_b = canonicalize(_gpt(0).eval())
-    model_b.load_state_dict(Alignment(known).apply(spec, canonical_a.state_dict()))
+    model_b, stream = _moved_copy(canonical_a, symmetry_spec(canonical_a, x), 3, 4)
     result = align("orthogonal", canonical_a, model_b, inputs=x)
     for name, want in canonical_a.state_dict().items():
         assert torch.allclose(result.state_dict[name], want, atol=1e-4), name
@@ -119,12 +126,7 @@ def test_orthogonal_activation_recovers_a_known_rotation_through_align():
     """A rotated and permuted copy of a canonical GPT, aligned by its features."""
     a = canonicalize(_gpt(0).eval())
     x = _tokens(12)
-    spec = symmetry_spec(a, x[:2])
-    (stream,) = default_orthogonal_groups(spec)
-    known = dict(random_alignment(spec, 2, "permutation"))
-    known[stream] = Orthogonal.random(spec.group_sizes[stream], 3)
-    b = canonicalize(_gpt(0).eval())
-    b.load_state_dict(Alignment(known).apply(spec, a.state_dict()))
+    b, stream = _moved_copy(a, symmetry_spec(a, x[:2]), 2, 3)
     result = align("orthogonal-activation", a, b, inputs=x)
     for name, want in a.state_dict().items():
         assert torch.allclose(result.state_dict[name], want, atol=1e-6), name

@@ -11,6 +11,7 @@ import csv
 import json
 import math
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -182,36 +183,18 @@ def make_results(
                     fan_in = 64 if layer == 1 else w
                     fan_out = 10 if kind == "logits" else w
                     for model in ("a", "b"):
+                        key = {"width": w, "weight_decay": wd, "pair": p, "layer": layer,
+                               "name": name, "model": model}  # fmt: skip
                         if kind != "logits":
                             small = rng.random(w) < (0.2 + 0.4 * grow) / weak
                             values = np.exp(rng.normal(0.0, 0.5, w))
                             values[small] *= 1e-3
                             values[rng.random(w) < 0.03] = 0.0
-                            moments.append(
-                                {
-                                    "width": w,
-                                    "weight_decay": wd,
-                                    "pair": p,
-                                    "layer": layer,
-                                    "name": name,
-                                    "model": model,
-                                    "values": values.tolist(),
-                                }
-                            )
+                            moments.append({**key, "values": values.tolist()})
                         k = min(fan_in, fan_out)
                         decay = 0.15 * k * weak
                         sv = np.sort(np.exp(-np.arange(k) / decay) * (1 + 0.05 * rng.random(k)))
-                        spectra.append(
-                            {
-                                "width": w,
-                                "weight_decay": wd,
-                                "pair": p,
-                                "layer": layer,
-                                "name": name,
-                                "model": model,
-                                "singular_values": (3.0 * sv[::-1]).tolist(),
-                            }
-                        )
+                        spectra.append({**key, "singular_values": (3.0 * sv[::-1]).tolist()})
     write_csv(path / "results.csv", RESULT_COLUMNS, rows)
     config = {
         "name": "synthetic-width-study",
@@ -304,3 +287,53 @@ class Writers:
 @pytest.fixture(scope="session")
 def writers() -> Writers:
     return Writers()
+
+
+class HtmlText(HTMLParser):
+    """Collects <img> sources, heading ids, TOC links, table cells and all text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.ids: list[str] = []
+        self.links: list[str] = []
+        self.cells: list[str] = []
+        self.text: list[str] = []
+        self.external: list[str] = []
+        self._in_cell = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs.get("src") or "")
+        if tag in ("h1", "h2", "h3") and "id" in attrs:
+            self.ids.append(attrs["id"])
+        if tag == "a" and attrs.get("href", "").startswith("#"):
+            self.links.append(attrs["href"][1:])
+        if tag in ("link", "script") or (tag == "a" and "://" in attrs.get("href", "")):
+            self.external.append(tag)
+        if tag == "td":
+            self._in_cell = True
+            self.cells.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self._in_cell = False
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._in_cell:
+            self.cells[-1] += data
+
+
+def parse_html_file(html_path: str) -> HtmlText:
+    collector = HtmlText()
+    collector.feed(Path(html_path).read_text())
+    return collector
+
+
+@pytest.fixture(scope="session")
+def parse_html():
+    """``parse_html(path)``: a report's HTML file read into :class:`HtmlText` (its images,
+    heading ids, links, table cells and text)."""
+    return parse_html_file

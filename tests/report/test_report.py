@@ -7,7 +7,6 @@ import base64
 import json
 import math
 import struct
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -19,49 +18,6 @@ from lmc.report import table1, write_report
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-class _Collector(HTMLParser):
-    """Collects <img> sources, heading ids, TOC links, table cells and all text."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.images: list[str] = []
-        self.ids: list[str] = []
-        self.links: list[str] = []
-        self.cells: list[str] = []
-        self.text: list[str] = []
-        self.external: list[str] = []
-        self._in_cell = False
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if tag == "img":
-            self.images.append(attrs.get("src") or "")
-        if tag in ("h1", "h2", "h3") and "id" in attrs:
-            self.ids.append(attrs["id"])
-        if tag == "a" and attrs.get("href", "").startswith("#"):
-            self.links.append(attrs["href"][1:])
-        if tag in ("link", "script") or (tag == "a" and "://" in attrs.get("href", "")):
-            self.external.append(tag)
-        if tag == "td":
-            self._in_cell = True
-            self.cells.append("")
-
-    def handle_endtag(self, tag):
-        if tag == "td":
-            self._in_cell = False
-
-    def handle_data(self, data):
-        self.text.append(data)
-        if self._in_cell:
-            self.cells[-1] += data
-
-
-def parse(html_path: str) -> _Collector:
-    collector = _Collector()
-    collector.feed(Path(html_path).read_text())
-    return collector
-
-
 def png_size(data: bytes) -> tuple[int, int]:
     """Width and height from the IHDR chunk (the first chunk, right after the signature)."""
     assert data[:8] == PNG_SIGNATURE
@@ -70,10 +26,10 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_files_and_embedded_figures(rendered):
+def test_files_and_embedded_figures(rendered, parse_html):
     html_path, md_path = Path(rendered["report_html"]), Path(rendered["report_md"])
     assert html_path.exists() and md_path.exists()
-    doc = parse(rendered["report_html"])
+    doc = parse_html(rendered["report_html"])
     assert len(doc.images) == len(rendered["figures"]) == 15
     for src, file in zip(doc.images, rendered["figures"]):
         assert src.startswith("data:image/png;base64,")
@@ -108,8 +64,8 @@ def test_figure_set_and_markdown_references(rendered):
     assert md.count("*Figure ") == 15
 
 
-def test_contents_links_resolve(rendered):
-    doc = parse(rendered["report_html"])
+def test_contents_links_resolve(rendered, parse_html):
+    doc = parse_html(rendered["report_html"])
     assert doc.links, "no table of contents"
     assert set(doc.links) <= set(doc.ids)
     for section in ("summary", "reproducibility", "weight-decay-ablation"):
@@ -141,8 +97,8 @@ def _ci95(std, n=2):
     return stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)
 
 
-def test_table1_numbers_in_html(synthetic, rendered):
-    doc = parse(rendered["report_html"])
+def test_table1_numbers_in_html(synthetic, rendered, parse_html):
+    doc = parse_html(rendered["report_html"])
     # accuracy barrier (pp, sign reversed) for width 64, weight decay 3e-3, no permutation
     mean, std = _recompute(synthetic.rows, width=64, wd=3e-3, method="none", column="accuracy")
     text = f"{-100 * mean:.3f} ± {100 * _ci95(std):.3f}"
@@ -172,8 +128,8 @@ def test_table1_agrees_with_independent_recomputation(synthetic):
         assert row["pairs"] == 2
 
 
-def test_config_versions_and_timing_appear(synthetic, rendered):
-    text = "".join(parse(rendered["report_html"]).text)
+def test_config_versions_and_timing_appear(synthetic, rendered, parse_html):
+    text = "".join(parse_html(rendered["report_html"]).text)
     assert json.dumps(synthetic.config, indent=2) in text  # the exact config, pretty JSON
     assert '"weight_decays": [\n      0.003,\n      0.0001\n    ]' in text
     assert "epochs = 7 # <seven> & done" in text  # the TOML, escaped in HTML, intact as text
@@ -190,7 +146,7 @@ def test_captions_name_what_to_look_for(rendered):
     assert "2^(L−1) = 8 times" in md  # L = 4 from layers.csv
 
 
-def test_degenerate_single_width_single_pair_no_calibration(tmp_path, make_synthetic):
+def test_degenerate_single_width_single_pair_no_calibration(tmp_path, make_synthetic, parse_html):
     synthetic = make_synthetic(
         tmp_path / "tiny",
         widths=(32,),
@@ -204,7 +160,7 @@ def test_degenerate_single_width_single_pair_no_calibration(tmp_path, make_synth
     assert sorted(p.name for p in synthetic.path.iterdir()) == ["results.csv"]
     paths = write_report(synthetic.path)
     assert Path(paths["report_html"]).parent == synthetic.path
-    doc = parse(paths["report_html"])
+    doc = parse_html(paths["report_html"])
     assert len(doc.images) == len(paths["figures"]) == 1  # only the interpolation curves
     text = "".join(doc.text)
     assert "skipped (only one width" in text
@@ -226,7 +182,7 @@ def test_missing_results_csv_is_lmc_error(tmp_path):
         write_report(tmp_path / "missing")
 
 
-def test_table1_csv_is_preferred_when_present(tmp_path, make_synthetic):
+def test_table1_csv_is_preferred_when_present(tmp_path, make_synthetic, parse_html):
     synthetic = make_synthetic(
         tmp_path / "t1", widths=(8, 16), weight_decays=(3e-3,), pairs=2, extras=False
     )
@@ -240,12 +196,12 @@ def test_table1_csv_is_preferred_when_present(tmp_path, make_synthetic):
         lines.append(",".join(str(r[c]) for c in columns))
     (synthetic.path / "table1.csv").write_text("\n".join(lines) + "\n")
     paths = write_report(synthetic.path, out_dir=tmp_path / "out")
-    doc = parse(paths["report_html"])
+    doc = parse_html(paths["report_html"])
     assert "0.123 ± 0.079" in doc.cells
     assert "Values from table1.csv." in "".join(doc.text)
 
 
-def test_missing_layer_columns_and_corrupt_optional_files(tmp_path, make_synthetic):
+def test_missing_layer_columns_and_corrupt_optional_files(tmp_path, make_synthetic, parse_html):
     """Columns absent from layers.csv become 'not recorded' panels; a corrupt moments.json and
     a spectra.json of the wrong shape are ignored with a note; nothing raises."""
     synthetic = make_synthetic(tmp_path / "res", widths=(8, 32), weight_decays=(1e-4,), pairs=2)
@@ -262,7 +218,7 @@ def test_missing_layer_columns_and_corrupt_optional_files(tmp_path, make_synthet
     paths = write_report(synthetic.path)
     names = {Path(f).stem for f in paths["figures"]}
     assert "layer_cosines_wd0.0001" in names and "moments_wd0.0001" not in names
-    text = "".join(parse(paths["report_html"]).text)
+    text = "".join(parse_html(paths["report_html"]).text)
     assert "moments.json could not be read" in text
     assert "spectra.json is not a list of records" in text
     assert "skipped (only one weight decay" in text

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import csv
 import math
-from html.parser import HTMLParser
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,36 +19,6 @@ from lmc.report.document import Heading, Table
 from lmc.report.style import method_style
 
 NONE, WEIGHT = method_style("none")[2], method_style("weight")[2]
-
-
-class _Doc(HTMLParser):
-    """The text of an HTML report and the text of each table cell."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cells: list[str] = []
-        self.text: list[str] = []
-        self._in_cell = False
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "td":
-            self._in_cell = True
-            self.cells.append("")
-
-    def handle_endtag(self, tag):
-        if tag == "td":
-            self._in_cell = False
-
-    def handle_data(self, data):
-        self.text.append(data)
-        if self._in_cell:
-            self.cells[-1] += data
-
-
-def parse(html_path: str) -> _Doc:
-    doc = _Doc()
-    doc.feed(Path(html_path).read_text())
-    return doc
 
 
 def _per_pair(rows, column, *, width, wd, method, lam=0.5) -> dict[int, float]:
@@ -88,8 +56,8 @@ def three_pairs(tmp_path_factory, writers):
     return synthetic, load_results(path)
 
 
-def test_table1_shows_mean_and_95_percent_interval(synthetic, rendered):
-    doc = parse(rendered["report_html"])
+def test_table1_shows_mean_and_95_percent_interval(synthetic, rendered, parse_html):
+    doc = parse_html(rendered["report_html"])
     text = "".join(doc.text)
     assert "mean ± 95 % t-interval over n pairs" in text  # stated in every table's caption
     for width, wd, method in ((64, 3e-3, "none"), (256, 1e-4, "weight")):
@@ -106,8 +74,8 @@ def test_table1_shows_mean_and_95_percent_interval(synthetic, rendered):
     assert "the sample standard deviation over pairs" not in text
 
 
-def test_two_pairs_give_no_verdict(rendered):
-    doc = parse(rendered["report_html"])
+def test_two_pairs_give_no_verdict(rendered, parse_html):
+    doc = parse_html(rendered["report_html"])
     text = "".join(doc.text)
     assert "Paired comparisons" in text
     assert "Only 2 pairs were run" in text

@@ -18,20 +18,6 @@ from lmc.store import DamagedRunError, RunStore, load_run, read_manifest, verify
 from lmc.train import make_config, train_run
 from lmc.train.checkpoint import load_checkpoint, save_checkpoint
 
-CONFIG = {
-    "kind": "train",
-    "dataset": "digits",
-    "dataset_options": {},
-    "model": "mlp",
-    "model_options": {"input_size": 64, "width": 8, "num_classes": 10},
-    "train": {"epochs": 1},
-}
-
-
-def _save(root, config=CONFIG):
-    model = build("mlp", seed=0, **config["model_options"])
-    return RunStore(root).save(config, model.state_dict(), {"final_test_accuracy": 0.5})
-
 
 def _flip_bit(path, offset=-5, keep_mtime=False):
     st = os.stat(path)
@@ -50,8 +36,8 @@ def _make_legacy(run):
     (run.path / "metrics.json").write_text(json.dumps(metrics))
 
 
-def test_manifest_records_every_file_written(tmp_path):
-    run = _save(tmp_path)
+def test_manifest_records_every_file_written(tmp_path, save_untrained):
+    run = save_untrained(tmp_path)
     files = read_manifest(run.path)
     assert sorted(files) == ["config.json", "metrics.json", "model.safetensors"]
     for name, record in files.items():
@@ -60,8 +46,8 @@ def test_manifest_records_every_file_written(tmp_path):
     assert run.verified and verify_run(run.path).status == "ok"
 
 
-def test_truncated_model_is_found_on_every_load(tmp_path):
-    run = _save(tmp_path)
+def test_truncated_model_is_found_on_every_load(tmp_path, save_untrained, run_config):
+    run = save_untrained(tmp_path)
     path = run.path / "model.safetensors"
     path.write_bytes(path.read_bytes()[:-7])
     with pytest.raises(DamagedRunError) as err:
@@ -69,14 +55,14 @@ def test_truncated_model_is_found_on_every_load(tmp_path):
     message = str(err.value)
     assert str(path) in message and "bytes where" in message and "\n" not in message
     with pytest.raises(DamagedRunError):
-        RunStore(tmp_path).find(CONFIG)
-    assert not RunStore(tmp_path).is_finished(CONFIG)
+        RunStore(tmp_path).find(run_config)
+    assert not RunStore(tmp_path).is_finished(run_config)
     check = verify_run(run.path)
     assert check.status == "damaged" and "model.safetensors" in check.problems[0]
 
 
-def test_bit_flipped_model_is_found_by_its_hash(tmp_path):
-    run = _save(tmp_path)
+def test_bit_flipped_model_is_found_by_its_hash(tmp_path, save_untrained, run_config):
+    run = save_untrained(tmp_path)
     _flip_bit(run.path / "model.safetensors")
     loaded = load_run(run.path)  # sizes agree: a plain load cannot tell
     with pytest.raises(DamagedRunError, match="model.safetensors is damaged: its SHA-256"):
@@ -84,11 +70,11 @@ def test_bit_flipped_model_is_found_by_its_hash(tmp_path):
     with pytest.raises(DamagedRunError, match="SHA-256"):
         load_run(run.path, verify=True)
     with pytest.raises(DamagedRunError, match="SHA-256"):
-        RunStore(tmp_path).find(CONFIG)
+        RunStore(tmp_path).find(run_config)
     assert verify_run(run.path).status == "damaged"
 
 
-def test_stat_cache_skips_rehash_but_not_after_a_write(tmp_path, monkeypatch):
+def test_stat_cache_skips_rehash_but_not_after_a_write(tmp_path, monkeypatch, save_untrained):
     monkeypatch.setattr(manifest_mod, "CACHED_BYTES", 0)
     monkeypatch.setattr(manifest_mod, "RACY_SECONDS", 0.05)
     hashed = []
@@ -96,7 +82,7 @@ def test_stat_cache_skips_rehash_but_not_after_a_write(tmp_path, monkeypatch):
     monkeypatch.setattr(
         manifest_mod, "check_data", lambda p, d, r: (hashed.append(p.name), real(p, d, r))
     )
-    run = _save(tmp_path)
+    run = save_untrained(tmp_path)
     reference = run.state_dict()
     run.state_dict()  # written just now: racily clean, hashed again
     assert hashed.count("model.safetensors") == 2
@@ -113,11 +99,11 @@ def test_stat_cache_skips_rehash_but_not_after_a_write(tmp_path, monkeypatch):
     assert verify_run(run.path).status == "damaged"  # lmc verify never trusts the cache
 
 
-def test_run_without_manifest_is_unverified_not_damaged(tmp_path):
-    run = _save(tmp_path)
+def test_run_without_manifest_is_unverified_not_damaged(tmp_path, save_untrained, run_config):
+    run = save_untrained(tmp_path)
     _make_legacy(run)
     with pytest.warns(LmcWarning, match="no manifest.json"):
-        loaded = RunStore(tmp_path).find(CONFIG)
+        loaded = RunStore(tmp_path).find(run_config)
     assert loaded is not None and not loaded.verified
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # one warning per run, not one per load
@@ -126,28 +112,30 @@ def test_run_without_manifest_is_unverified_not_damaged(tmp_path):
     path = run.path / "model.safetensors"
     path.write_bytes(path.read_bytes()[:-7])  # what can be checked without one still is
     with pytest.raises(DamagedRunError, match="not a whole safetensors file"):
-        RunStore(tmp_path).find(CONFIG)
+        RunStore(tmp_path).find(run_config)
     assert verify_run(run.path).status == "damaged"
 
 
-def test_missing_manifest_of_a_new_run_is_damage(tmp_path):
-    run = _save(tmp_path)
+def test_missing_manifest_of_a_new_run_is_damage(tmp_path, save_untrained):
+    run = save_untrained(tmp_path)
     (run.path / "manifest.json").unlink()
     with pytest.raises(DamagedRunError, match="manifest.json is damaged: missing"):
         load_run(run.path)
     assert verify_run(run.path).status == "damaged"
 
 
-def test_malformed_manifest_is_damage(tmp_path):
-    run = _save(tmp_path)
+def test_malformed_manifest_is_damage(tmp_path, save_untrained):
+    run = save_untrained(tmp_path)
     (run.path / "manifest.json").write_text('{"files": 3}')
     with pytest.raises(DamagedRunError, match="manifest.json is damaged"):
         load_run(run.path)
 
 
 @pytest.mark.parametrize("with_manifest", [True, False])
-def test_config_that_does_not_hash_to_its_folder_is_refused(tmp_path, with_manifest):
-    run = _save(tmp_path)
+def test_config_that_does_not_hash_to_its_folder_is_refused(
+    tmp_path, with_manifest, save_untrained
+):
+    run = save_untrained(tmp_path)
     edited = json.loads((run.path / "config.json").read_text())
     edited["model_options"]["width"] = 9
     record = atomic.write_json(run.path / "config.json", edited)
@@ -162,14 +150,14 @@ def test_config_that_does_not_hash_to_its_folder_is_refused(tmp_path, with_manif
     assert verify_run(run.path).status == "damaged"
 
 
-def test_renamed_run_folder_still_loads(tmp_path):
-    run = _save(tmp_path)
+def test_renamed_run_folder_still_loads(tmp_path, save_untrained, run_config):
+    run = save_untrained(tmp_path)
     moved = run.path.rename(tmp_path / "my-favourite-run")
-    assert load_run(moved, verify=True).config == CONFIG
+    assert load_run(moved, verify=True).config == run_config
 
 
-def test_damage_is_an_lmc_error_naming_the_file(tmp_path):
-    run = _save(tmp_path)
+def test_damage_is_an_lmc_error_naming_the_file(tmp_path, save_untrained):
+    run = save_untrained(tmp_path)
     (run.path / "metrics.json").write_text("{}")
     with pytest.raises(LmcError, match="metrics.json is damaged"):
         load_run(run.path)

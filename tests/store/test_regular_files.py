@@ -15,17 +15,8 @@ from lmc.data.cifar import LAYOUTS, extract_archive, read_cifar
 from lmc.data.idx import read_idx
 from lmc.experiments import load_study
 from lmc.models import build
-from lmc.store import RunStore, load_run, load_tensors, read_json, verify_run
+from lmc.store import load_run, load_tensors, read_json, verify_run
 from lmc.train.checkpoint import load_checkpoint, save_checkpoint
-
-CONFIG = {
-    "kind": "train",
-    "dataset": "digits",
-    "dataset_options": {},
-    "model": "mlp",
-    "model_options": {"input_size": 64, "width": 8, "num_classes": 10},
-    "train": {"epochs": 1},
-}
 
 
 def _refused_within_a_second(fifo, call):
@@ -60,11 +51,6 @@ def _fifo_at(path):
     return path
 
 
-def _saved_run(tmp_path):
-    model = build("mlp", seed=0, **CONFIG["model_options"])
-    return RunStore(tmp_path / "runs").save(CONFIG, model.state_dict(), {"x": 1})
-
-
 def test_helper_refuses_fifo_folder_and_device(tmp_path):
     fifo = _fifo_at(tmp_path / "pipe")
     assert "FIFO" in _refused_within_a_second(fifo, lambda: open_regular(fifo, "config"))
@@ -83,8 +69,8 @@ def test_helper_refuses_fifo_folder_and_device(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors", "metrics.json"])
-def test_run_files_as_fifos_are_refused(tmp_path, name):
-    run = _saved_run(tmp_path)
+def test_run_files_as_fifos_are_refused(tmp_path, name, save_untrained):
+    run = save_untrained(tmp_path / "runs", metrics={"x": 1})
     fifo = _fifo_at(run.path / name)
 
     def load_everything():
@@ -95,8 +81,8 @@ def test_run_files_as_fifos_are_refused(tmp_path, name):
     assert check.status == "damaged" or name == "metrics.json"  # no metrics: unfinished
 
 
-def test_manifest_and_store_readers_refuse_fifos(tmp_path):
-    run = _saved_run(tmp_path)
+def test_manifest_and_store_readers_refuse_fifos(tmp_path, save_untrained):
+    run = save_untrained(tmp_path / "runs", metrics={"x": 1})
     fifo = _fifo_at(run.path / "manifest.json")
     _refused_within_a_second(fifo, lambda: load_run(run.path))
     fifo = _fifo_at(tmp_path / "t.safetensors")
@@ -105,15 +91,15 @@ def test_manifest_and_store_readers_refuse_fifos(tmp_path):
     _refused_within_a_second(fifo, lambda: read_json(fifo))
 
 
-def test_stat_cache_as_fifo_is_ignored(tmp_path):
-    run = _saved_run(tmp_path)
+def test_stat_cache_as_fifo_is_ignored(tmp_path, save_untrained):
+    run = save_untrained(tmp_path / "runs", metrics={"x": 1})
     _fifo_at(run.path / ".verified.json")
     state = load_run(run.path, verify=True).state_dict()  # the cache is only a cache
     assert "fc1.weight" in state
 
 
-def test_checkpoint_fifos_are_refused(tmp_path):
-    model = build("mlp", seed=0, **CONFIG["model_options"])
+def test_checkpoint_fifos_are_refused(tmp_path, run_config):
+    model = build("mlp", seed=0, **run_config["model_options"])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     fifo = _fifo_at(tmp_path / "checkpoint.safetensors")
     _refused_within_a_second(fifo, lambda: load_checkpoint(tmp_path))

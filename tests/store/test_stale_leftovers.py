@@ -26,25 +26,6 @@ from lmc.store.atomic import is_stale, owner_tag, remove_stale
 
 TINY = ["--dataset", "digits", "--model", "mlp", "--width", "8", "--epochs", "1", "--quiet"]
 
-STUDY = """
-name = "tidy"
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-[sweep]
-widths = [8]
-pairs = 1
-[train]
-epochs = 1
-[merge]
-methods = ["none"]
-lambdas = 3
-calibrate = false
-[analysis]
-enabled = false
-"""
-
 
 @pytest.fixture(scope="module")
 def dead_pid() -> int:
@@ -189,9 +170,11 @@ def test_a_rerun_that_reuses_every_run_still_tidies(tmp_path, dead_pid):
     assert _listing(runs) == before
 
 
-def test_a_rerun_of_a_killed_sweep_leaves_what_an_uninterrupted_one_does(tmp_path, dead_pid):
+def test_a_rerun_of_a_killed_sweep_leaves_what_an_uninterrupted_one_does(
+    tmp_path, dead_pid, tiny_study, study_toml
+):
     study = tmp_path / "tidy.toml"
-    study.write_text(STUDY)
+    study.write_text(study_toml(tiny_study("tidy", model={"depth": None})))
 
     def sweep(out: Path, runs: Path) -> int:
         argv = ["sweep", str(study), "--out", str(out), "--runs-dir", str(runs),

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from lmc.config import LmcError
+from lmc.models import build
 from lmc.store import (
-    RunStore,
     atomic_path,
     load_run,
     load_tensors,
@@ -13,37 +13,22 @@ from lmc.store import (
     write_json,
 )
 
-CONFIG = {
-    "kind": "train",
-    "dataset": "digits",
-    "dataset_options": {},
-    "model": "mlp",
-    "model_options": {"input_size": 64, "width": 8, "num_classes": 10},
-    "train": {"epochs": 1},
-}
 
-
-def _save(tmp_path):
-    from lmc.models import build
-
-    model = build("mlp", seed=0, **CONFIG["model_options"])
-    return RunStore(tmp_path).save(CONFIG, model.state_dict(), {"final_test_accuracy": 0.5}), model
-
-
-def test_saved_run_loads_back_without_pickle(tmp_path):
-    run, model = _save(tmp_path)
+def test_saved_run_loads_back_without_pickle(tmp_path, save_untrained, run_config):
+    run = save_untrained(tmp_path)
+    model = build("mlp", seed=0, **run_config["model_options"])  # the model saved
     loaded = load_run(run.path)
-    assert loaded.config == CONFIG
+    assert loaded.config == run_config
     assert loaded.metrics["status"] == "finished"
     rebuilt = loaded.build_model()
     assert not rebuilt.training
     x = torch.randn(3, 64)
     assert torch.equal(rebuilt(x), model.eval()(x))
-    assert json.loads((run.path / "config.json").read_text()) == CONFIG
+    assert json.loads((run.path / "config.json").read_text()) == run_config
 
 
-def test_truncated_checkpoint_is_a_clear_error(tmp_path):
-    run, _ = _save(tmp_path)
+def test_truncated_checkpoint_is_a_clear_error(tmp_path, save_untrained):
+    run = save_untrained(tmp_path)
     path = run.path / "model.safetensors"
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(LmcError, match="model.safetensors is damaged: 100 bytes"):
@@ -73,8 +58,8 @@ def test_not_a_run_folder(tmp_path):
         load_run(tmp_path / "empty")
 
 
-def test_corrupt_config_json_is_a_clear_error(tmp_path):
-    run, _ = _save(tmp_path)
+def test_corrupt_config_json_is_a_clear_error(tmp_path, save_untrained):
+    run = save_untrained(tmp_path)
     (run.path / "config.json").write_text("{broken")
     with pytest.raises(LmcError, match="config.json is damaged"):
         load_run(run.path)

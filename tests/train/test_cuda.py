@@ -10,10 +10,7 @@ from lmc.data import Dataset
 from lmc.models import build
 from lmc.train import TrainSettings, fit
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a GPU)"),
-]
+pytestmark = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 
 
 def test_a_training_step_on_cuda_matches_the_cpu():

@@ -6,8 +6,6 @@ flags, and :func:`lmc.config.precision.measure_speedup` (the start-up timing) is
 given t_fp32 / t_bf16, so each test sees the CPU it names whatever machine runs it.
 """
 
-import runpy
-import sys
 import warnings
 from pathlib import Path
 
@@ -263,18 +261,10 @@ def test_auto_precision_can_be_pinned_by_the_environment(native, monkeypatch):
         resolve_precision("auto", "cpu")
 
 
-def test_a_study_without_a_precision_trains_the_resolved_one(emulated, tmp_path):
+def test_a_study_without_a_precision_trains_the_resolved_one(emulated, tmp_path, tiny_study):
     """A study's ``[train]`` without ``precision`` (auto) trains in fp32 on the simulated AVX2
     CPU: the runs (folders) of ``precision = "fp32"``."""
-    tiny = {
-        "name": "tiny",
-        "data": {"dataset": "digits"},
-        "model": {"name": "mlp", "depth": 2},
-        "sweep": {"widths": [8], "weight_decays": [3e-3], "pairs": 1},
-        "train": {"epochs": 1},
-        "merge": {"methods": ["none"], "lambdas": 3, "calibrate": False},
-        "analysis": {"max_examples": 64},
-    }
+    tiny = tiny_study(model={"depth": 2}, analysis={"enabled": None, "max_examples": 64})
     runs = tmp_path / "runs"
 
     def run(study: dict, out: str) -> dict:
@@ -290,13 +280,10 @@ def test_a_study_without_a_precision_trains_the_resolved_one(emulated, tmp_path)
     assert pinned["jobs"] == {"total": 3, "reused": 2, "run": 1}  # the two runs reused
 
 
-def test_the_throughput_benchmark_names_the_cpu_it_ran_on(emulated, monkeypatch, capsys):
-    argv = ["train_throughput.py", "--model", "gpt", "--widths", "8", "--steps", "2",
+def test_the_throughput_benchmark_names_the_cpu_it_ran_on(emulated, run_benchmark):
+    args = ["--model", "gpt", "--widths", "8", "--steps", "2",
             "--repeats", "1", "--context", "8", "--batch-size", "4", "--vocab", "11"]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", argv)
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LmcWarning)
-        runpy.run_path(str(ROOT / "benchmarks" / "train_throughput.py"), run_name="__main__")
-    first = capsys.readouterr().out.splitlines()[0]
+        first = run_benchmark("train_throughput", *args).splitlines()[0]
     assert "on CPU " in first and "(AVX2; bfloat16 emulated" in first
