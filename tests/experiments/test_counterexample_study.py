@@ -45,7 +45,7 @@ def test_defaults_are_filled_and_every_key_is_checked():
         resolve(_study(lambdas=[0.5, 2.0]))
     with pytest.raises(LmcError, match=r"'name'.*plain name"):
         resolve({**_study(), "name": "../x"})
-    with pytest.raises(LmcError, match=r"variants.*width studies"):
+    with pytest.raises(LmcError, match=r"variants.*width and merge-many studies"):
         resolve_file({**_study(), "variants": [{"name": "a"}]})
 
 

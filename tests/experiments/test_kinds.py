@@ -91,7 +91,7 @@ def test_every_own_kind_is_one_record_with_a_report_and_its_tables():
         assert kinds.get_kind(kind.name) is kind
         assert re.fullmatch(r"lmc\.report\.\w+:\w+_page", kind.report), kind.name
         assert kind.outputs and all(name.endswith(".csv") for name, _ in kind.outputs.values())
-    assert [k.name for k in kinds.BUILTIN_KINDS if k.variants] == ["width"]
+    assert [k.name for k in kinds.BUILTIN_KINDS if k.variants] == ["width", "merge-many"]
 
 
 def test_a_folder_without_study_json_gets_the_width_report(tmp_path):

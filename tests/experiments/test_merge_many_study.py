@@ -51,7 +51,7 @@ def test_defaults_and_every_key_checked():
     study = resolve(TINY)
     assert study["merge_many"] == {
         "width": 16, "weight_decay": 3e-3, "seed": 0, "methods": ["none", "weight"],
-        "reference": True, "ece_bins": 15, "max_rounds": 5, "bn": "auto",
+        "reference": True, "ece_bins": 15, "max_rounds": 5, "bn": "auto", "align_examples": 2000,
     }  # fmt: skip
     assert study["sets"][0] == {"name": "full", "models": 2, "subset": "all",
                                 "train_fraction": None, "label_parts": None}  # fmt: skip

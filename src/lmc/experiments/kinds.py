@@ -108,6 +108,7 @@ BUILTIN_KINDS: tuple[ExperimentKind, ...] = (
         run=merge_many_study.run_merge_many,
         report="lmc.report.merge_many:merge_many_page",
         outputs=merge_many_study.OUTPUTS,
+        variants=("data", "model", "train", "merge_many"),
     ),
     ExperimentKind(
         name=onset_study.KIND,

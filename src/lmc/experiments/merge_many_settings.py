@@ -1,6 +1,18 @@
 """The settings of a merge-many study (``experiment = "merge-many"``): the study file's keys,
 their defaults and checks (:func:`resolve_merge_many`). What the study does with them:
 :mod:`lmc.experiments.merge_many_study`.
+
+``methods`` lists ``none``, ``weight`` and any registered method that aligns canonical forms
+(:func:`lmc.merge.many.canonical_methods`: ``canonical``, the control, ``orthogonal``,
+``orthogonal-activation``, ``learned``: pre-LN transformers merged beyond permutations). Such a
+method's settings are ``[merge_many]`` keys ``<method>_<setting>`` (as ``[merge]``'s in a width
+study, e.g. ``learned_steps``), recorded only where given; ``align_examples`` training examples
+are read by the methods that read data.
+
+``data.options.train_size`` (with ``subset_seed``) is allowed when every set is ``subset =
+"all"``: every model then trains on that one seeded subset, as a width study's runs do, so a
+set's models are the width study's runs of the same settings (seeds ``seed``, ``seed + 1``, ...)
+through the run store.
 """
 
 from __future__ import annotations
@@ -10,11 +22,14 @@ from typing import Any
 from lmc.config import LmcError, check_int, check_number
 from lmc.metrics.ece import DEFAULT_BINS
 
-from .kind_settings import resolve_trained, table, where
+from .kind_settings import resolve_trained, table, typed, where
 
 KIND = "merge-many"
 TOP_LEVEL = ("name", "description", "experiment", "data", "model", "train", "merge_many", "sets")
-MERGE_METHODS = ("none", "weight")
+#: The merges with a scheme of their own; every other method is one aligning canonical forms.
+OWN_METHODS = ("none", "weight")
+#: Dataset options a set's ``subset`` chooses; a shared ``train_size`` needs subset "all".
+SHARED_SUBSET = ("train_size", "subset_seed")
 SUBSETS = ("all", "random", "labels")
 BN_MODES = ("auto", "reset", "none")
 #: key -> (allowed types, default; ... = required) of ``[merge_many]``.
@@ -27,6 +42,7 @@ SETTINGS: dict[str, tuple[tuple[type, ...], Any]] = {
     "ece_bins": ((int,), DEFAULT_BINS),
     "max_rounds": ((int,), 100),
     "bn": ((str,), "auto"),
+    "align_examples": ((int,), 2000),
 }
 #: The reference model's init and data seed, past the study's ``seed``.
 REFERENCE_SEED = 1000
@@ -92,17 +108,63 @@ def _resolve_set(entry: Any, i: int, num_classes: int | None, source: str | None
     return entry
 
 
+def merge_methods() -> tuple[str, ...]:
+    """The methods a merge-many study may list: :data:`OWN_METHODS`, then every registered
+    method that aligns canonical forms."""
+    from lmc.merge.many import canonical_methods
+
+    return (*OWN_METHODS, *canonical_methods())
+
+
+def _method_settings(given: dict[str, Any], source: str | None) -> dict[str, Any]:
+    """The ``<method>_<setting>`` keys of ``given`` (a raw ``[merge_many]``) that name a
+    setting of a canonical method, checked by type; removed from ``given``."""
+    from lmc.perm.methods import study_keys
+
+    py_types = {int: (int,), float: (float, int), str: (str,), bool: (bool,)}
+    canonical = set(merge_methods()) - set(OWN_METHODS)
+    out = {}
+    for key, (method, setting) in study_keys().items():
+        if key in given and method.name in canonical:
+            types = py_types[setting.type] + ((type(None),) if setting.optional else ())
+            value = given.pop(key)
+            out[key] = value if value is None else typed(f"merge_many.{key}", value, types, source)
+    return out
+
+
+def method_given(settings: dict[str, Any], method: str) -> dict[str, Any]:
+    """The settings of canonical ``method`` given in a resolved ``[merge_many]`` (``settings``),
+    keyed by setting name, checked by the method's record."""
+    from lmc.perm.methods import get_method
+
+    record = get_method(method)
+    keys = {s.name: record.study_key(s) for s in record.settings}
+    given = {name: settings[key] for name, key in keys.items() if key in settings}
+    record.resolve(given)
+    return given
+
+
 def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     """Check a parsed merge-many study and fill in its defaults (module docstring)."""
     at = where(source)
     study = resolve_trained(raw, KIND, TOP_LEVEL, source)
+    raw_sets = raw.get("sets")
+    shared = isinstance(raw_sets, list) and all(
+        isinstance(e, dict) and e.get("subset", "all") == "all" for e in raw_sets
+    )
     for key in ("train_size", "label_parts", "label_part", "subset_seed"):
-        if key in study["data"]["options"]:
+        if key in study["data"]["options"] and not (shared and key in SHARED_SUBSET):
             raise LmcError(
                 f"'data.options.{key}'{at}: each set chooses its models' "
-                "training data ([[sets]] subset)"
+                "training data ([[sets]] subset); a shared train_size needs every set's "
+                'subset to be "all"'
             )
-    settings = table(raw.get("merge_many", {}), SETTINGS, "merge_many", source)
+    given = dict(raw.get("merge_many", {})) if isinstance(raw.get("merge_many"), dict) else {}
+    extra = _method_settings(given, source) if given else {}
+    settings = {
+        **table(given or raw.get("merge_many", {}), SETTINGS, "merge_many", source),
+        **extra,
+    }
     from lmc.models import get_model
 
     try:
@@ -113,11 +175,19 @@ def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[s
     check_int(f"'merge_many.seed'{at}", settings["seed"], minimum=0)
     check_int(f"'merge_many.ece_bins'{at}", settings["ece_bins"], minimum=1)
     check_int(f"'merge_many.max_rounds'{at}", settings["max_rounds"], minimum=1)
-    if not settings["methods"] or any(m not in MERGE_METHODS for m in settings["methods"]):
+    check_int(f"'merge_many.align_examples'{at}", settings["align_examples"], minimum=1)
+    choices = merge_methods()
+    if not settings["methods"] or any(m not in choices for m in settings["methods"]):
         raise LmcError(
             f"'merge_many.methods'{at} must list some of "
-            f"{', '.join(MERGE_METHODS)}, got {settings['methods']!r}"
+            f"{', '.join(choices)}, got {settings['methods']!r}"
         )
+    for method in settings["methods"]:
+        if method not in OWN_METHODS:
+            try:
+                method_given(settings, method)
+            except LmcError as exc:
+                raise LmcError(f"'merge_many'{at}: {exc}") from None
     if settings["bn"] not in BN_MODES:
         raise LmcError(f"'merge_many.bn'{at} must be one of {', '.join(BN_MODES)}")
     sets = raw.get("sets")

@@ -3,12 +3,16 @@
 Each ``[[sets]]`` entry is a group of models of one architecture trained on chosen training
 data; every set is merged (``methods``: ``none`` averages the weights as they are, ``weight``
 is Git Re-Basin's merge-many, :func:`lmc.merge.merge_many_iterative`: every model aligned to
-the mean of the others, round after round, until no permutation changes) and the merge is
+the mean of the others, round after round, until no permutation changes; a method that aligns
+canonical forms, e.g. ``orthogonal`` or ``learned`` for pre-LN transformers, merges them beyond
+permutations, every model aligned onto model 0's canonical form,
+:func:`lmc.merge.many.merge_many_canonical`, and ``canonical`` is its control) and the merge is
 compared with each model, the models' ensemble and, with ``reference = true``, one model
-trained on the whole training split, in test loss (nats), accuracy and expected calibration
-error (ECE, ``ece_bins`` equal-width bins; :func:`lmc.metrics.classification_metrics`). The
-ensemble averages the models' logits, as the path's ensemble does (docs/science.md). The same
-study covers Git Re-Basin's three merging experiments:
+trained on the whole training split, in test loss (nats; per token for next-token data),
+accuracy and expected calibration error (ECE, ``ece_bins`` equal-width bins;
+:func:`lmc.metrics.classification_metrics`). The ensemble averages the models' logits, as the
+path's ensemble does (docs/science.md). The same study covers Git Re-Basin's three merging
+experiments:
 
 - merging many (App. A.10, Table 3): ``subset = "all"``, several models of different seeds;
 - merging models trained on random halves (Fig. 13): ``subset = "random"``,
@@ -45,7 +49,7 @@ from lmc.train import make_config
 from .executors import RunOptions
 from .jobs import Context, describe, is_done
 from .kind_run import StudyRecord, load_data, reuse_or_run, write_tables
-from .merge_many_settings import KIND, REFERENCE_SEED
+from .merge_many_settings import KIND, OWN_METHODS, REFERENCE_SEED, method_given
 
 MODEL_COLUMNS = [
     "set",
@@ -134,6 +138,7 @@ def expand_merge_many(study: dict, data) -> tuple[list[dict], list[dict]]:
             train.setdefault(config_hash(config), _train_job(config, study, entry["name"], i))
             configs.append(config)
             sizes.append(_train_examples(data, options))
+        settings = study["merge_many"]
         job = {
             "type": KIND,
             "set": entry,
@@ -141,11 +146,12 @@ def expand_merge_many(study: dict, data) -> tuple[list[dict], list[dict]]:
             "train_examples": sizes,
             "reference": reference,
             "split": study["data"]["split"],
-            **{
-                k: study["merge_many"][k]
-                for k in ("methods", "ece_bins", "max_rounds", "bn", "seed")
-            },
+            **{k: settings[k] for k in ("methods", "ece_bins", "max_rounds", "bn", "seed")},
         }
+        canonical = [m for m in settings["methods"] if m not in OWN_METHODS]
+        if canonical:  # absent otherwise, so that earlier studies keep their job ids
+            job["align_examples"] = settings["align_examples"]
+            job["given"] = {m: method_given(settings, m) for m in canonical}
         job["id"] = f"{KIND}-{config_hash(job)}"
         sets.append(job)
     return list(train.values()), sets
@@ -175,10 +181,12 @@ def _logits(model: torch.nn.Module, x: torch.Tensor, device: torch.device) -> to
         return model_logits(model, x, 1024, device)
 
 
-def _reliability(label: str, logits: torch.Tensor, y: torch.Tensor, bins: int) -> list[dict]:
+def _reliability(
+    label: str, logits: torch.Tensor, y: torch.Tensor, bins: int, task: Any = "classification"
+) -> list[dict]:
     from lmc.metrics import reliability_curve
 
-    curve = reliability_curve(logits, y, bins, kind="logits")
+    curve = reliability_curve(logits, y, bins, kind="logits", task=task)
     return [
         {
             "label": label,
@@ -193,9 +201,38 @@ def _reliability(label: str, logits: torch.Tensor, y: torch.Tensor, bins: int) -
     ]
 
 
+def _merge_canonical(
+    job: dict, method: str, models: list, ctx: Context, device: torch.device
+) -> torch.nn.Module:
+    """The merged model (a canonical-form one): the set's models merged beyond permutations by
+    canonical ``method`` (:func:`lmc.merge.many.merge_many_canonical`, anchored on model 0), the
+    alignment examples drawn with the study's seed from the models' training data (their shared
+    subset for a set of subset "all", else the whole training split)."""
+    from lmc.merge.many import merge_many_canonical
+    from lmc.pair.pipeline import alignment_examples
+    from lmc.perm.methods import get_method
+
+    config = job["configs"][0]
+    options = dict(config.get("dataset_options", {}))
+    if job["set"]["subset"] != "all":
+        options = {k: v for k, v in options.items() if k not in _SUBSET_OPTIONS}
+    data = load(config["dataset"], data_dir=ctx.data_dir, download=ctx.download, device=device,
+                **options)  # fmt: skip
+    record = get_method(method)
+    x, y = alignment_examples(data, job["align_examples"] if record.needs_data else 2, job["seed"])
+    result = merge_many_canonical(
+        models, method, inputs=x, labels=y if record.needs_labels else None, task=data.task,
+        seed=job["seed"], **record.resolve(job["given"][method]),
+    )  # fmt: skip
+    return result.model
+
+
+_SUBSET_OPTIONS = ("train_size", "subset_seed", "label_parts", "label_part")
+
+
 def evaluate_set(job: dict, ctx: Context) -> dict[str, Any]:
     """Merge one set's models by each method and evaluate them, the ensemble and the
-    reference on the study's split; the JSON-ready record of the job."""
+    reference on the study's split with the data's task; the JSON-ready record of the job."""
     from lmc.config import resolve_device
     from lmc.merge import average, merge_many_iterative, reset_batchnorm, resolve_bn_mode
     from lmc.metrics import classification_metrics
@@ -208,11 +245,7 @@ def evaluate_set(job: dict, ctx: Context) -> dict[str, Any]:
         )
     device = resolve_device(ctx.device)
     config = job["configs"][0]
-    base = {
-        k: v
-        for k, v in config.get("dataset_options", {}).items()
-        if k not in ("train_size", "subset_seed", "label_parts", "label_part")
-    }
+    base = {k: v for k, v in config.get("dataset_options", {}).items() if k not in _SUBSET_OPTIONS}
     data = load(
         config["dataset"], data_dir=ctx.data_dir, download=ctx.download, device=device, **base
     )
@@ -223,9 +256,9 @@ def evaluate_set(job: dict, ctx: Context) -> dict[str, Any]:
     curves: list[dict[str, Any]] = []
 
     def record(row: dict[str, Any], label: str, logits: torch.Tensor) -> None:
-        metrics = classification_metrics(logits, y, bins)
+        metrics = classification_metrics(logits, y, bins, task=data.task)
         rows.append({**row, **{f"test_{k}": v for k, v in metrics.items()}})
-        curves.extend(_reliability(label, logits, y, bins))
+        curves.extend(_reliability(label, logits, y, bins, data.task))
 
     all_logits = []
     for i, (run, model) in enumerate(zip(runs, models)):
@@ -241,6 +274,14 @@ def evaluate_set(job: dict, ctx: Context) -> dict[str, Any]:
     record({"role": "ensemble"}, "ensemble", torch.stack(all_logits).mean(0))
     for method in job["methods"]:
         info: dict[str, Any] = {}
+        if method not in OWN_METHODS:
+            merged_model = _merge_canonical(job, method, models, ctx, device)
+            record(
+                {"role": "merged", "method": method},
+                f"merged ({method})",
+                _logits(merged_model, x, device),
+            )
+            continue
         if method == "weight":
             merged = merge_many_iterative(
                 models,

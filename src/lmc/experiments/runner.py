@@ -60,11 +60,19 @@ def run_study(
             return kind.run(study, options)
 
 
+def variant_table(experiment: str) -> str:
+    """The file whose rows ``variants.csv`` gathers for a study of kind ``experiment``: a
+    width study's ``table1.csv``, else the kind's first output (merge-many: ``models.csv``)."""
+    outputs = get_kind(experiment).outputs
+    return outputs["table1"][0] if "table1" in outputs else next(iter(outputs.values()))[0]
+
+
 def _run_variants(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
     """Run each variant of ``study`` (:mod:`lmc.experiments.variants`) into
     ``OUT/<variant>``, then write ``variants.json`` and ``variants.csv`` (every variant's
-    Table 1 rows)."""
+    rows of its kind's summary table: :func:`variant_table`)."""
     out, variants = options.out, study["variants"]
+    table = variant_table(experiment_of(study))
 
     def keep(path: Path) -> bool:
         return any(holds_finished_jobs(path / v["name"]) for v in variants)
@@ -77,7 +85,7 @@ def _run_variants(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
             if not options.quiet:
                 print(f"variant {i}/{len(variants)}: {variant['name']}", file=sys.stderr)
             records.append(run_study(variant["study"], out / variant["name"], each))
-        tables = [read_csv(out / v["name"] / "table1.csv") for v in variants]
+        tables = [read_csv(out / v["name"] / table) for v in variants]
         keys = sorted({k for v in variants for k in v["changed"]})
         write_csv(out / "variants.csv", variant_rows(variants, tables), ["variant", *keys])
         if options.toml_text is not None:

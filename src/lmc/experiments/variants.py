@@ -23,8 +23,9 @@ Each variant is the base study with its tables updated key by key (a key it give
 base's; the others stay), named ``<study>-<variant>``, and resolved and validated like any
 study before anything runs. ``lmc sweep`` runs each into ``OUT/<variant>/`` (an ordinary
 results folder with its own report) and writes ``OUT/variants.json`` (the variants and the
-settings each changes) and ``OUT/variants.csv`` (every variant's ``table1.csv`` rows, with the
-variant's name and changed settings as leading columns), the file to plot across variants.
+settings each changes) and ``OUT/variants.csv`` (every variant's ``table1.csv`` rows, or
+another kind's first table, e.g. merge-many's ``models.csv``, with the variant's name and
+changed settings as leading columns), the file to plot across variants.
 Runs with the same settings are shared between variants through the run store.
 """
 
