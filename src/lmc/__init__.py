@@ -1,8 +1,8 @@
 """lmc: linear mode connectivity research.
 
 The pipeline runs one way (see docs/design.md):
-config -> data -> models -> train -> store -> perm -> merge -> metrics -> analysis
--> experiments -> report, with the ``lmc`` command on top.
+config -> data -> models -> store -> train -> perm -> merge -> metrics -> analysis
+-> pair -> experiments -> report, with the ``lmc`` command on top.
 
 Convention used everywhere: the path between two models is
 theta(lam) = (1 - lam) * theta_A + lam * theta_B, so lam = 0 is A and lam = 1 is B.

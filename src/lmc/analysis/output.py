@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,47 @@ from .pipeline import AnalysisResult
 TABLE_COLUMNS = table_columns()
 
 
-def _cell(value: Any) -> str:
+def format_cell(value: Any, number: Callable[[float], str]) -> str:
+    """A table cell: ``-`` for ``None`` (undefined), ``yes``/``no`` for a bool, ``nan``, a
+    float as ``number`` writes it, anything else as ``str``."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3):
-            return f"{value:.2e}"
-        return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+        return "nan" if math.isnan(value) else number(value)
     return str(value)
+
+
+def _number(value: float) -> str:
+    if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3):
+        return f"{value:.2e}"
+    return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _cell(value: Any) -> str:
+    return format_cell(value, _number)
+
+
+def aligned_lines(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The header and rows of a table as lines, each column right-aligned to its widest cell
+    and columns two spaces apart."""
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    return lines
+
+
+def logit_norm_lines(records: list[dict[str, Any]], cell: Callable[[Any], str]) -> list[str]:
+    """One line per λ with the mean logit norms (merged, A, B, LEWC's prediction) of the
+    ``logits`` records that have them, each written by ``cell``."""
+    return [
+        f"lam={r['lam']:g}: mean logit norm: merged {cell(r['logit_norm'])}, "
+        f"A {cell(r['logit_norm_a'])}, B {cell(r['logit_norm_b'])}, "
+        f"LEWC prediction {cell(r['logit_norm_lewc'])}"
+        for r in records
+        if r["kind"] == "logits" and r.get("logit_norm") is not None
+    ]
 
 
 def format_table(records: list[dict[str, Any]]) -> str:
@@ -42,17 +72,7 @@ def format_table(records: list[dict[str, Any]]) -> str:
     header = [title for _, title in columns]
     formats = [column_format(key) or _cell for key, _ in columns]
     rows = [[f(r[key]) for f, (key, _) in zip(formats, columns)] for r in records]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
-    for r in records:
-        if r["kind"] == "logits" and r["logit_norm"] is not None:
-            lines.append(
-                f"lam={r['lam']:g}: mean logit norm: merged {_cell(r['logit_norm'])}, "
-                f"A {_cell(r['logit_norm_a'])}, B {_cell(r['logit_norm_b'])}, "
-                f"LEWC prediction {_cell(r['logit_norm_lewc'])}"
-            )
-    return "\n".join(lines)
+    return "\n".join(aligned_lines(header, rows) + logit_norm_lines(records, _cell))
 
 
 def write_csv(path: str | os.PathLike, records: list[dict[str, Any]]) -> None:

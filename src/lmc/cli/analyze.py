@@ -21,12 +21,12 @@ model.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import textwrap
 from typing import Any
 
 from lmc.analysis.layer_metrics import column_format, column_notes, compact_columns
+from lmc.analysis.output import aligned_lines, format_cell, logit_norm_lines
 from lmc.config import environment_info
 from lmc.merge import BN_MODES
 from lmc.store import jsonable
@@ -54,20 +54,17 @@ NAME_CHARS = 16
 TABLE_WIDTH = 100
 
 
-def _short(value: Any) -> str:
-    """A cell of at most 6 characters (full precision stays in layers.csv / --json)."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    value = float(value)
-    if math.isnan(value):
-        return "nan"
+def _short_number(value: float) -> str:
     if (value != 0 and abs(value) < 5e-4) or abs(value) >= 1e5:
         return f"{value:.0e}"
     return f"{value:.3f}" if abs(value) < 10 else f"{value:.0f}"
+
+
+def _short(value: Any) -> str:
+    """A cell of at most 6 characters (full precision stays in layers.csv / --json)."""
+    if value is not None and not isinstance(value, int):
+        value = float(value)
+    return format_cell(value, _short_number)
 
 
 def _name(value: Any) -> str:
@@ -89,16 +86,7 @@ def compact_table(records: list[dict[str, Any]]) -> str:
         ]
         for r in records
     ]
-    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
-    for r in records:
-        if r["kind"] == "logits" and r.get("logit_norm") is not None:
-            lines.append(
-                f"lam={r['lam']:g}: mean logit norm: merged {_short(r['logit_norm'])}, "
-                f"A {_short(r['logit_norm_a'])}, B {_short(r['logit_norm_b'])}, "
-                f"LEWC prediction {_short(r['logit_norm_lewc'])}"
-            )
+    lines = aligned_lines(header, rows) + logit_norm_lines(records, _short)
     lines += legend()
     return "\n".join(lines)
 
@@ -169,9 +157,7 @@ def retention_table(records: list[dict[str, Any]], retention: dict[str, Any]) ->
     shown = [r for r in records if r["lam"] == first and r.get("init_coef_a") is not None]
     header = ["layer", *(title for title, _ in RETENTION_COLUMNS)]
     rows = [[_name(r["name"]), *(_short(r[key]) for _, key in RETENTION_COLUMNS)] for r in shown]
-    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(header)]
-    lines.append("  " + "  ".join(h.rjust(w) for h, w in zip(header, widths)))
-    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    lines += ["  " + line for line in aligned_lines(header, rows)]
     parts = "; ".join(f"{title} = {key}" for title, key in RETENTION_COLUMNS)
     text = (
         f"Columns: {parts} (coef <W_T,W_0>/|W_0|^2, share |cos(W_T,W_0)|, shared: W_0's energy "

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         check_labels,
         check_lambda,
         check_number,
+        lookup_name,
         warn_undefined,
     )
 
@@ -48,6 +49,7 @@ _LAZY = {
     "check_labels": "validate",
     "check_lambda": "validate",
     "check_number": "validate",
+    "lookup_name": "validate",
     "warn_undefined": "validate",
 }
 
@@ -79,6 +81,7 @@ __all__ = [
     "check_regular_file",
     "config_hash",
     "environment_info",
+    "lookup_name",
     "open_regular",
     "progress",
     "read_regular_bytes",

@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from .errors import LmcError, LmcWarning
+
+_T = TypeVar("_T")
 
 
 def _is_int(value: Any) -> bool:
@@ -72,6 +74,18 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...], what: str = "v
     if not isinstance(value, str) or value not in choices:
         raise LmcError(f"unknown {what} {name}={value!r}: choose one of {', '.join(choices)}")
     return value
+
+
+def lookup_name(
+    table: Mapping[str, _T], key: Any, what: str, listed: Iterable[str] | None = None
+) -> _T:
+    """``table[key]`` (a registry's entry by name), or ``LmcError`` saying the ``what`` named
+    ``key`` is unknown and listing ``listed`` (default: the table's names, in its order)."""
+    found = table.get(key) if isinstance(key, str) else None
+    if found is None:
+        names = table if listed is None else listed
+        raise LmcError(f"unknown {what} {key!r}: use one of {', '.join(names)}")
+    return found
 
 
 def check_lambda(value: Any, name: str = "lambda") -> float:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lmc.config import LmcError, check_labels
+from lmc.config import LmcError, check_labels, lookup_name
 
 
 @dataclass(frozen=True)
@@ -294,10 +294,7 @@ def get_task(task: str | Task | None = None) -> Task:
         return CLASSIFICATION
     if isinstance(task, Task):
         return task
-    found = TASKS.get(task) if isinstance(task, str) else None
-    if found is None:
-        raise LmcError(f"unknown task {task!r}: use one of {', '.join(sorted(TASKS))}")
-    return found
+    return lookup_name(TASKS, task, "task", sorted(TASKS))
 
 
 #: One class label per example (the image datasets): output (N, C), target (N,).

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from lmc.config import LmcError, check_lambda
+from lmc.config import LmcError, check_lambda, lookup_name
 from lmc.models.compare import check_same_architecture
 from lmc.store import tensors_digest
 
@@ -135,10 +135,7 @@ def get_path_kind(kind: str | PathKind) -> PathKind:
     ``LmcError`` naming the known kinds otherwise."""
     if isinstance(kind, PathKind):
         return kind
-    found = PATH_KINDS.get(kind) if isinstance(kind, str) else None
-    if found is None:
-        raise LmcError(f"unknown path kind {kind!r}: use one of {', '.join(PATH_KINDS)}")
-    return found
+    return lookup_name(PATH_KINDS, kind, "path kind")
 
 
 @torch.no_grad()

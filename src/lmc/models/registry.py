@@ -124,8 +124,9 @@ class ModelEntry:
     option (besides ``width``) to its default; ``inputs`` turns a dataset's ``(input_shape,
     num_classes)`` into the data-given options, whose names are ``input_keys``;
     ``declarations`` maps each option to its :class:`ModelOption` (default, meaning, type,
-    flag: what ``lmc train --help`` says of it). ``widenable``: :func:`lmc.perm.widen_pair`
-    can write a narrow model of this architecture into a wider one. ``check(name,
+    flag: what ``lmc train --help`` says of it). ``widenable``:
+    :func:`lmc.perm.symmetries.widening.widen_pair` can write a narrow model of this
+    architecture into a wider one. ``check(name,
     options)`` (optional) raises ``LmcError`` for values that only this model rules out (ViT:
     heads must divide width); it sees the registry defaults filled in under the options given
     (``width`` only when given: a study sets it per sweep point). ``complete`` (optional)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -97,25 +100,17 @@ class VGG(nn.Module):
         return points
 
 
-@register_model(
-    "vgg11",
-    width="multiplier",
-    default_width=1.0,
-    inputs=image_inputs,
-    options=CNN_OPTIONS,
-    description="VGG-11: width multiplies the channels 64, 128, 256, 512",
-)
-def vgg11(**options) -> VGG:
-    return VGG("vgg11", **options)
+def _register(config: str, label: str) -> Callable[..., nn.Module]:
+    """Registers ``VGG(config, **options)`` as zoo model ``config`` and returns its factory."""
+    return register_model(
+        config,
+        width="multiplier",
+        default_width=1.0,
+        inputs=image_inputs,
+        options=CNN_OPTIONS,
+        description=f"{label}: width multiplies the channels 64, 128, 256, 512",
+    )(functools.partial(VGG, config))
 
 
-@register_model(
-    "vgg16",
-    width="multiplier",
-    default_width=1.0,
-    inputs=image_inputs,
-    options=CNN_OPTIONS,
-    description="VGG-16: width multiplies the channels 64, 128, 256, 512",
-)
-def vgg16(**options) -> VGG:
-    return VGG("vgg16", **options)
+vgg11 = _register("vgg11", "VGG-11")
+vgg16 = _register("vgg16", "VGG-16")

@@ -193,20 +193,8 @@ class Results:
         lam: float | None = None,
     ) -> list[dict[str, Any]]:
         """Rows of ``results.csv`` matching every given key (λ compared with tolerance)."""
-        out = []
-        for r in self.rows:
-            if weight_decay is not None and r["weight_decay"] != weight_decay:
-                continue
-            if method is not None and r["method"] != method:
-                continue
-            if width is not None and r["width"] != width:
-                continue
-            if pair is not None and r["pair"] != pair:
-                continue
-            if lam is not None and not is_close(r["lam"], lam):
-                continue
-            out.append(r)
-        return out
+        keys = {"weight_decay": weight_decay, "method": method, "width": width, "pair": pair}
+        return _matching(self.rows, keys, lam)
 
     def stat(
         self, column: str, *, weight_decay: float, method: str, width: float, lam: float = 0.5
@@ -227,18 +215,23 @@ class Results:
         width: float | None = None,
         lam: float | None = None,
     ) -> list[dict[str, Any]]:
-        out = []
-        for r in self.layers or []:
-            if weight_decay is not None and r.get("weight_decay") != weight_decay:
-                continue
-            if method is not None and r.get("method") != method:
-                continue
-            if width is not None and r.get("width") != width:
-                continue
-            if lam is not None and not is_close(r.get("lam", math.nan), lam):
-                continue
-            out.append(r)
-        return out
+        """Rows of ``layers.csv`` matching every given key (λ compared with tolerance)."""
+        keys = {"weight_decay": weight_decay, "method": method, "width": width}
+        return _matching(self.layers or [], keys, lam)
+
+
+def _matching(
+    rows: list[dict[str, Any]], keys: dict[str, Any], lam: float | None
+) -> list[dict[str, Any]]:
+    """The ``rows`` equal to every value of ``keys`` that is not ``None`` and, when ``lam`` is
+    given, at a λ close to it (:func:`is_close`); a row without a key does not match it."""
+    wanted = {key: value for key, value in keys.items() if value is not None}
+    return [
+        r
+        for r in rows
+        if all(r.get(key) == value for key, value in wanted.items())
+        and (lam is None or is_close(r.get("lam", math.nan), lam))
+    ]
 
 
 def _optional_json(path: Path, notes: list[str]) -> Any:

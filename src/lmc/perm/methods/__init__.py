@@ -31,36 +31,8 @@ from . import (  # noqa: F401  (imported to register them)
 )
 
 # isort: on
-from .registry import (
-    CANONICAL_CONTROL,
-    NO_LEGACY,
-    AlignJob,
-    AlignmentMethod,
-    MethodOutput,
-    MethodSetting,
-    MethodStyle,
-    all_methods,
-    canonical_control_note,
-    get_method,
-    method_names,
-    register_method,
-    study_keys,
-    unregister_method,
-)
+# this package's public names are the registry's
+from . import registry
+from .registry import *  # noqa: F403
 
-__all__ = [
-    "NO_LEGACY",
-    "AlignJob",
-    "CANONICAL_CONTROL",
-    "AlignmentMethod",
-    "MethodOutput",
-    "MethodSetting",
-    "MethodStyle",
-    "all_methods",
-    "canonical_control_note",
-    "get_method",
-    "method_names",
-    "register_method",
-    "study_keys",
-    "unregister_method",
-]
+__all__ = list(registry.__all__)

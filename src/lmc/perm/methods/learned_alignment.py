@@ -87,7 +87,7 @@ from ..symmetries.transforms import (
 from ..symmetries.within_heads import member_index
 from .orthogonal_weight_matching import (
     default_orthogonal_groups,
-    distance_from_permutation,
+    distances_from_permutation,
     orthogonal_weight_matching,
 )
 from .registry import AlignJob, AlignmentMethod, MethodOutput, MethodSetting, register_method
@@ -497,11 +497,14 @@ def _align(job: AlignJob, **settings: Any) -> MethodOutput:
         "learned_steps_taken": result.steps_taken,
         "learned_precision": result.precision,
         "distance_from_closed_form": result.distance_from_closed_form,
-        "distance_from_permutation": {
-            g: distance_from_permutation(result.alignment[g])
-            for g in result.learned_groups
-            if result.alignment[g].kind == "orthogonal" and result.alignment[g].heads == 1
-        },
+        "distance_from_permutation": distances_from_permutation(
+            result.alignment,
+            [
+                g
+                for g in result.learned_groups
+                if result.alignment[g].kind == "orthogonal" and result.alignment[g].heads == 1
+            ],
+        ),
     }
     return MethodOutput(result.alignment, extras)
 

@@ -49,7 +49,7 @@ from .orthogonal_weight_matching import (
     check_orthogonal_groups,
     cross_product,
     default_orthogonal_groups,
-    distance_from_permutation,
+    distances_from_permutation,
     procrustes,
 )
 from .registry import AlignJob, AlignmentMethod, MethodOutput, register_method
@@ -163,9 +163,9 @@ def _align(
     extras = {
         "examples": result.examples,
         "orthogonal_groups": list(result.orthogonal_groups),
-        "distance_from_permutation": {
-            g: distance_from_permutation(result.alignment[g]) for g in result.orthogonal_groups
-        },
+        "distance_from_permutation": distances_from_permutation(
+            result.alignment, result.orthogonal_groups
+        ),
     }
     return MethodOutput(result.alignment, extras)
 

@@ -82,6 +82,12 @@ def distance_from_permutation(transform: Transform) -> float:
     return float(max(0.0, 1.0 - trace / n) ** 0.5)
 
 
+def distances_from_permutation(alignment: Alignment, groups: Iterable[str]) -> dict[str, float]:
+    """:func:`distance_from_permutation` of the transform of each of ``groups`` in
+    ``alignment`` (what the orthogonal methods report of their maps)."""
+    return {g: distance_from_permutation(alignment[g]) for g in groups}
+
+
 def _pieces(
     spec: SymmetrySpec, group: str, state: Mapping[str, torch.Tensor]
 ) -> Iterable[tuple[str, int, int, int, torch.Tensor]]:
@@ -259,9 +265,7 @@ def _align(job: AlignJob, *, max_iter: int, tol: float) -> MethodOutput:
         "passes": om.passes,
         "converged": om.converged,
         "objective_per_pass": list(om.objective_per_pass),
-        "distance_from_permutation": {
-            g: distance_from_permutation(om.alignment[g]) for g in om.orthogonal_groups
-        },
+        "distance_from_permutation": distances_from_permutation(om.alignment, om.orthogonal_groups),
     }
     return MethodOutput(om.alignment, extras)
 
@@ -297,6 +301,7 @@ __all__ = [
     "cross_product",
     "default_orthogonal_groups",
     "distance_from_permutation",
+    "distances_from_permutation",
     "orthogonal_weight_matching",
     "procrustes",
 ]

@@ -58,8 +58,7 @@ HANDLERS: dict[Key, Handler] = _table(
     # modules, by type
     ((nn.MultiheadAttention,), attention.multihead_attention_module),
     ((nn.Linear,), layers.linear_module),
-    (CONVS, layers.conv_module),
-    (CONV_TRANSPOSES, layers.conv_transpose_module),
+    ((*CONVS, *CONV_TRANSPOSES), layers.conv_module),
     ((nn.Embedding,), layers.embedding_module),
     (CHANNEL_NORMS, layers.channel_norm_module),
     ((nn.GroupNorm,), layers.group_norm_module),

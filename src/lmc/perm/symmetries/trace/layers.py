@@ -152,7 +152,8 @@ def conv(
 
 
 def conv_module(st: TraceState, node: fx.Node) -> None:
-    """``nn.Conv1d/2d/3d``."""
+    """``nn.Conv1d/2d/3d`` and ``nn.ConvTranspose1d/2d/3d`` (a transposed one's weight is
+    ``(in, out // groups, ...)``)."""
     mod = st.module(node)
     name = str(node.target)
     conv(
@@ -163,24 +164,7 @@ def conv_module(st: TraceState, node: fx.Node) -> None:
         _bias_name(st, node),
         mod.out_channels,
         mod.groups,
-        transposed=False,
-        label=name,
-    )
-
-
-def conv_transpose_module(st: TraceState, node: fx.Node) -> None:
-    """``nn.ConvTranspose1d/2d/3d``: the weight is ``(in, out // groups, ...)``."""
-    mod = st.module(node)
-    name = str(node.target)
-    conv(
-        st,
-        node,
-        st.first_arg(node),
-        f"{name}.weight",
-        _bias_name(st, node),
-        mod.out_channels,
-        mod.groups,
-        transposed=True,
+        transposed=bool(mod.transposed),
         label=name,
     )
 
