@@ -121,3 +121,68 @@ def test_canonical_merges_of_language_models_run_end_to_end(tmp_path):
     # average only through the reparametrisation: both are finite, neither is the ensemble
     ensemble = next(r for r in rows if r["role"] == "ensemble")
     assert float(merged["canonical"]["test_loss"]) != float(ensemble["test_loss"])
+
+
+def test_settings_of_methods_not_listed_are_refused(tmp_path):
+    corpus = _corpus(tmp_path)
+    with pytest.raises(LmcError, match="setting of method 'learned', which .* does not list"):
+        resolve(_study(corpus, ["none", "orthogonal"], learned_steps=10))
+    raw = _study(corpus, ["none"])
+    del raw["merge_many"]["width"]
+    raw["merge_many"]["learned_steps"] = 3  # the missing width is what is named
+    with pytest.raises(LmcError, match="missing key 'merge_many.width'"):
+        resolve(raw)
+
+
+def test_merge_ids_hold_only_settings_that_change_the_result(tmp_path):
+    corpus = _corpus(tmp_path)
+    data = load("text", path=str(corpus), context=16)
+
+    def job(**extra):
+        methods = ["none", "learned", "orthogonal-activation"]
+        return expand_merge_many(resolve(_study(corpus, methods, **extra)), data)[1][0]
+
+    plain = job()
+    assert job(learned_steps=200)["id"] == plain["id"]  # the baseline
+    assert job(orthogonal_activation_batch_size=64)["id"] == plain["id"]  # changes no result
+    assert job(orthogonal_activation_batch_size=64)["options"]["orthogonal-activation"][
+        "batch_size"] == 64  # fmt: skip
+    changed = job(learned_steps=3)
+    assert changed["id"] != plain["id"] and changed["given"]["learned"] == {"steps": 3}
+    assert changed["options"]["learned"]["steps"] == 3
+
+
+def test_a_merge_many_study_with_variants_writes_its_index(tmp_path, capsys, study_toml):
+    import json
+
+    from lmc.cli.main import main
+    from lmc.experiments import read_csv
+
+    corpus = _corpus(tmp_path)
+    raw = _study(corpus, ["none", "canonical"])
+    raw["variants"] = [{"name": "gpt", "model": {"name": "gpt"}},
+                       {"name": "llama", "model": {"name": "llama", "kv_heads": 1}}]  # fmt: skip
+    study = tmp_path / "mm.toml"
+    study.write_text(study_toml(raw))
+    out = tmp_path / "out"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(["sweep", str(study), "--out", str(out), "--runs-dir", str(tmp_path / "runs"),
+                     "--workers", "1", "--quiet", "--json"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    record = json.loads(capsys.readouterr().out)
+    assert [v["name"] for v in record["variants"]] == ["gpt", "llama"]
+    rows = read_csv(out / "variants.csv")  # every variant's models.csv rows
+    assert {r["variant"] for r in rows} == {"gpt", "llama"}
+    merged = [r for r in rows if r["role"] == "merged"]
+    assert sorted((r["variant"], r["method"]) for r in merged) == [
+        ("gpt", "canonical"),
+        ("gpt", "none"),
+        ("llama", "canonical"),
+        ("llama", "none"),
+    ]
+    per_variant = read_csv(out / "llama" / "models.csv")
+    assert [r["test_loss"] for r in rows if r["variant"] == "llama"] == [
+        r["test_loss"] for r in per_variant]  # fmt: skip
+    index = (out / "report.md").read_text()
+    assert "Results across variants" in index and "Table 1 across variants" not in index

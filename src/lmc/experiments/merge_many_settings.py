@@ -132,16 +132,30 @@ def _method_settings(given: dict[str, Any], source: str | None) -> dict[str, Any
     return out
 
 
-def method_given(settings: dict[str, Any], method: str) -> dict[str, Any]:
-    """The settings of canonical ``method`` given in a resolved ``[merge_many]`` (``settings``),
-    keyed by setting name, checked by the method's record."""
+def method_options(settings: dict[str, Any], method: str) -> dict[str, Any]:
+    """Every setting of canonical ``method`` for a merge: its value given in a resolved
+    ``[merge_many]`` (``settings``), else its baseline (as a width study's merge reads a key it
+    lacks: :attr:`lmc.perm.methods.MethodSetting.baseline`), checked by the method's record."""
     from lmc.perm.methods import get_method
 
     record = get_method(method)
-    keys = {s.name: record.study_key(s) for s in record.settings}
-    given = {name: settings[key] for name, key in keys.items() if key in settings}
+    given = {s.name: settings.get(record.study_key(s), s.baseline) for s in record.settings}
     record.resolve(given)
     return given
+
+
+def method_identity(settings: dict[str, Any], method: str) -> dict[str, Any]:
+    """The settings of :func:`method_options` that enter a merge's id: those that change the
+    result and differ from their baseline (the rest leave the id as it is)."""
+    from lmc.perm.methods import get_method
+
+    record = get_method(method)
+    options = method_options(settings, method)
+    return {
+        s.name: options[s.name]
+        for s in record.settings
+        if s.affects_result and options[s.name] != s.baseline
+    }
 
 
 def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[str, Any]:
@@ -159,12 +173,10 @@ def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[s
                 "training data ([[sets]] subset); a shared train_size needs every set's "
                 'subset to be "all"'
             )
-    given = dict(raw.get("merge_many", {})) if isinstance(raw.get("merge_many"), dict) else {}
-    extra = _method_settings(given, source) if given else {}
-    settings = {
-        **table(given or raw.get("merge_many", {}), SETTINGS, "merge_many", source),
-        **extra,
-    }
+    raw_table = raw.get("merge_many", {})
+    given = dict(raw_table) if isinstance(raw_table, dict) else raw_table
+    extra = _method_settings(given, source) if isinstance(given, dict) else {}
+    settings = {**table(given, SETTINGS, "merge_many", source), **extra}
     from lmc.models import get_model
 
     try:
@@ -185,9 +197,18 @@ def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[s
     for method in settings["methods"]:
         if method not in OWN_METHODS:
             try:
-                method_given(settings, method)
+                method_options(settings, method)
             except LmcError as exc:
                 raise LmcError(f"'merge_many'{at}: {exc}") from None
+    from lmc.perm.methods import study_keys
+
+    for key in extra:
+        method = study_keys()[key][0].name
+        if method not in settings["methods"]:
+            raise LmcError(
+                f"'merge_many.{key}'{at} is a setting of method {method!r}, which "
+                "'merge_many.methods' does not list"
+            )
     if settings["bn"] not in BN_MODES:
         raise LmcError(f"'merge_many.bn'{at} must be one of {', '.join(BN_MODES)}")
     sets = raw.get("sets")

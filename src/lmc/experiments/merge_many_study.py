@@ -49,7 +49,13 @@ from lmc.train import make_config
 from .executors import RunOptions
 from .jobs import Context, describe, is_done
 from .kind_run import StudyRecord, load_data, reuse_or_run, write_tables
-from .merge_many_settings import KIND, OWN_METHODS, REFERENCE_SEED, method_given
+from .merge_many_settings import (
+    KIND,
+    OWN_METHODS,
+    REFERENCE_SEED,
+    method_identity,
+    method_options,
+)
 
 MODEL_COLUMNS = [
     "set",
@@ -151,8 +157,10 @@ def expand_merge_many(study: dict, data) -> tuple[list[dict], list[dict]]:
         canonical = [m for m in settings["methods"] if m not in OWN_METHODS]
         if canonical:  # absent otherwise, so that earlier studies keep their job ids
             job["align_examples"] = settings["align_examples"]
-            job["given"] = {m: method_given(settings, m) for m in canonical}
+            job["given"] = {m: method_identity(settings, m) for m in canonical}
         job["id"] = f"{KIND}-{config_hash(job)}"
+        if canonical:  # every setting the merge runs with, outside the id
+            job["options"] = {m: method_options(settings, m) for m in canonical}
         sets.append(job)
     return list(train.values()), sets
 
@@ -222,7 +230,7 @@ def _merge_canonical(
     x, y = alignment_examples(data, job["align_examples"] if record.needs_data else 2, job["seed"])
     result = merge_many_canonical(
         models, method, inputs=x, labels=y if record.needs_labels else None, task=data.task,
-        seed=job["seed"], **record.resolve(job["given"][method]),
+        seed=job["seed"], **record.resolve(job["options"][method]),
     )  # fmt: skip
     return result.model
 

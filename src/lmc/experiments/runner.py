@@ -72,7 +72,7 @@ def _run_variants(study: dict[str, Any], options: RunOptions) -> dict[str, Any]:
     ``OUT/<variant>``, then write ``variants.json`` and ``variants.csv`` (every variant's
     rows of its kind's summary table: :func:`variant_table`)."""
     out, variants = options.out, study["variants"]
-    table = variant_table(experiment_of(study))
+    table = variant_table(experiment_of(variants[0]["study"]))  # the index holds no kind
 
     def keep(path: Path) -> bool:
         return any(holds_finished_jobs(path / v["name"]) for v in variants)

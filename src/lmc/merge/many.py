@@ -387,7 +387,8 @@ def merge_many_canonical(
             )  # fmt: skip
     if not isinstance(inputs, torch.Tensor) or inputs.shape[0] < 1:
         raise LmcError("merge_many_canonical needs a non-empty tensor of inputs")
-    canonical = [m if is_canonical(m) else canonicalize(m) for m in items]
+    example = inputs[:2].to(next(items[reference].parameters()).device)
+    canonical = [m if is_canonical(m) else canonicalize(m, example) for m in items]
     ref = canonical[reference]
     device = next(ref.parameters()).device
     spec = spec_from_model(ref, inputs[:2].to(device))  # one trace for every alignment

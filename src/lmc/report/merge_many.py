@@ -105,7 +105,7 @@ def _describe(entry: dict[str, Any]) -> str:
     if subset == "labels":
         parts = entry.get("label_parts")
         return f"{n} models on disjoint training subsets chosen by label (`label_parts` {parts})"
-    return f"{n} models of different seeds, each on the whole training split"
+    return f"{n} models of different seeds, each on the same training data"
 
 
 def verdict(name: str, rows: list[dict]) -> str:
@@ -115,7 +115,8 @@ def verdict(name: str, rows: list[dict]) -> str:
     acc = mean_std(r["test_accuracy"] for r in models)[0]
     best = max((r["test_accuracy"] for r in models), default=math.nan)
     parts = [f"`{name}`: the models reach {100 * acc:.1f} % on average (best {100 * best:.1f} %)"]
-    for label in ("merged (none)", "merged (weight)", "ensemble", "reference"):
+    merges = [label for label in by if label.startswith("merged (")]
+    for label in (*merges, "ensemble", "reference"):
         if label in by:
             r = by[label][0]
             parts.append(

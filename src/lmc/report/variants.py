@@ -5,7 +5,8 @@ A results folder written by ``lmc sweep`` for a study with ``[[variants]]``
 results folder per variant. :func:`lmc.report.write_report` writes each variant's report in
 its folder and the index (:func:`variants_page`; ``report.md``, ``report.html``): the
 variants, the settings each changes, and Table 1's headline columns across all of them
-(λ = ½, mean ± std over pairs), so a second axis (depth, activation) reads in one table.
+(λ = ½, mean ± std over pairs), so a second axis (depth, activation) reads in one table; for
+another kind (merge-many), the rows of each variant's first table.
 """
 
 from __future__ import annotations
@@ -86,20 +87,22 @@ def variants_page(results: Path, record: dict[str, Any], title: str | None = Non
             ]
         )
     )
-    blocks.append(Heading(2, "Table 1 across variants"))
-    header = ["variant", *keys, *(h for _, h, _ in COLUMNS)]
-    body = [
-        [str(r["variant"]), *(str(r.get(k, "")) for k in keys)]
-        + [_cell(r.get(col), fmt) for col, _, fmt in COLUMNS]
-        for r in rows
-    ]
-    blocks.append(
-        Table(
-            header,
-            body,
-            caption="λ = ½, means over pairs (each variant's Table 1 has the spreads); "
-            "the rows come from `variants.csv`.",
-            wide=True,
+    if not rows or any(col in rows[0] for col, _, _ in COLUMNS[3:]):
+        blocks.append(Heading(2, "Table 1 across variants"))
+        header = ["variant", *keys, *(h for _, h, _ in COLUMNS)]
+        body = [
+            [str(r["variant"]), *(str(r.get(k, "")) for k in keys)]
+            + [_cell(r.get(col), fmt) for col, _, fmt in COLUMNS]
+            for r in rows
+        ]
+        caption = (
+            "λ = ½, means over pairs (each variant's Table 1 has the spreads); "
+            "the rows come from `variants.csv`."
         )
-    )
+    else:  # another kind (merge-many): its first table's rows, every column as written
+        blocks.append(Heading(2, "Results across variants"))
+        header = [k for k in rows[0] if k not in keys]
+        body = [[str(r["variant"])] + [_cell(r.get(k), "{:.4g}") for k in header[1:]] for r in rows]
+        caption = "Each variant's first results table, as in `variants.csv`."
+    blocks.append(Table(header, body, caption=caption, wide=True))
     return Page(title, lambda _: blocks, record, figures=False)
