@@ -213,8 +213,8 @@ WIDENABLE_HF_TYPES = ("gpt2", "vit")
 
 def _widenable(model) -> bool:
     """Whether ``--widen`` could pair ``model`` with a wider one (zoo gpt/vit, HF GPT-2/ViT)."""
-    from lmc.perm.canonical import unwrap
-    from lmc.perm.widen import widenable_models
+    from lmc.perm.symmetries.canonical_form import unwrap
+    from lmc.perm.symmetries.widening import widenable_models
 
     inner, prefix = unwrap(model)
     spec = getattr(inner, "lmc_spec", None) or getattr(model, "lmc_spec", None)

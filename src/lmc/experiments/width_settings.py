@@ -71,8 +71,8 @@ from lmc.merge import BN_MODES
 from lmc.metrics import CALIBRATE_DEFAULTS, CALIBRATIONS
 from lmc.models import get_model
 from lmc.pair.settings import ALIGN_METHODS
-from lmc.perm.lap import resolve_solver
 from lmc.perm.methods import get_method
+from lmc.perm.solvers.assignment import resolve_solver
 from lmc.train import TrainSettings
 
 from .jobs import CURVE_KEYS, curve_settings, pair_settings
@@ -334,7 +334,7 @@ def _check_width_ratio(study: dict[str, Any], where: str) -> None:
     check_number(f"'sweep.width_ratio'{where}", ratio, minimum=1.0)
     if ratio == 1:
         return
-    from lmc.perm.widen import WIDENABLE_MODELS
+    from lmc.perm.symmetries.widening import WIDENABLE_MODELS
 
     name = study["model"]["name"]
     if name not in WIDENABLE_MODELS:

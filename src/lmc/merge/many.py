@@ -356,8 +356,8 @@ def merge_many_canonical(
     """
     from lmc.config import check_int
     from lmc.perm import Alignment, align, canonicalize, spec_from_model
-    from lmc.perm.canonical import is_canonical
     from lmc.perm.methods import get_method
+    from lmc.perm.symmetries.canonical_form import is_canonical
 
     record = get_method(method)
     if not record.canonical:

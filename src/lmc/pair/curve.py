@@ -293,7 +293,7 @@ def same_architecture(
     if pair.models is None or pair.models[0] is model_a:
         return out
     from lmc.merge.many import CANONICAL_FORM
-    from lmc.perm.canonical import is_canonical, unwrap
+    from lmc.perm.symmetries.canonical_form import is_canonical, unwrap
 
     measured = pair.models[0]
     spec = getattr(unwrap(measured)[0], "lmc_spec", None) or getattr(measured, "lmc_spec", None)

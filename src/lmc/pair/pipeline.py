@@ -121,7 +121,7 @@ def run_pair(
     """
     settings = settings or PairSettings()
     if settings.widen:
-        from lmc.perm.widen import widen_pair
+        from lmc.perm.symmetries.widening import widen_pair
 
         example = data.x_train[:2].to(module_device(model_a))
         if init_states is not None:
@@ -184,7 +184,7 @@ def _with_states(models, states) -> list[nn.Module]:
 
 def _widened_init(init_states, model_a, model_b, example):
     """``(A_0, B_0)`` written into the widened pair's architecture, as the models are."""
-    from lmc.perm.widen import widen_pair
+    from lmc.perm.symmetries.widening import widen_pair
 
     widened = widen_pair(*_with_states((model_a, model_b), init_states), example)
     return tuple(m.state_dict() for m in widened)
@@ -194,7 +194,7 @@ def _canonical_init(init_states, model_a, model_b):
     """``(A_0, B_0)`` in the canonical form of their models' architecture (or ``None``)."""
     if init_states is None:
         return None
-    from lmc.perm.canonical import canonical_state
+    from lmc.perm.symmetries.canonical_form import canonical_state
 
     return tuple(canonical_state(m) for m in _with_states((model_a, model_b), init_states))
 
