@@ -291,9 +291,11 @@ def load_job_result(job: dict, ctx: Context) -> dict[str, Any]:
     return read_json(ctx.jobs_dir() / f"{job['id']}.json")
 
 
-def _align_options(merge: dict[str, Any], method: str) -> dict[str, Any]:
-    """``method``'s settings from a merge job's table: a key missing from it is at its
-    baseline (left out of the id, :func:`merge_identity`)."""
+def align_options(merge: dict[str, Any], method: str) -> dict[str, Any]:
+    """``method``'s settings from a merge table (a width study's ``[merge]``, a merge-many
+    study's ``[merge_many]``): a key missing from it is at its baseline (left out of the id,
+    :func:`merge_identity`); a setting that changes no result and is not given is left to its
+    default."""
     from lmc.perm.methods import get_method
 
     record = get_method(method)
@@ -326,7 +328,7 @@ def pair_settings(job: dict[str, Any]):
         baseline=job["method"] if control else "none",
         baseline_only=control,  # its rows are the control's path: A → B is not evaluated
         align_examples=merge["align_examples"],
-        align_options=_align_options(merge, method),
+        align_options=align_options(merge, method),
         seed=merge["align_seed"],
         split=job["split"],
         path=PathSettings(

@@ -22,6 +22,7 @@ from typing import Any
 from lmc.config import LmcError, check_int, check_number
 from lmc.metrics.ece import DEFAULT_BINS
 
+from .jobs import align_options
 from .kind_settings import resolve_trained, table, typed, where
 
 KIND = "merge-many"
@@ -118,30 +119,35 @@ def merge_methods() -> tuple[str, ...]:
 
 def _method_settings(given: dict[str, Any], source: str | None) -> dict[str, Any]:
     """The ``<method>_<setting>`` keys of ``given`` (a raw ``[merge_many]``) that name a
-    setting of a canonical method, checked by type; removed from ``given``."""
+    setting of a canonical method, checked by type as a width study's ``[merge]`` checks them;
+    removed from ``given``."""
     from lmc.perm.methods import study_keys
 
-    py_types = {int: (int,), float: (float, int), str: (str,), bool: (bool,)}
+    from .width_settings import merge_schema
+
+    schema = merge_schema()
     canonical = set(merge_methods()) - set(OWN_METHODS)
     out = {}
-    for key, (method, setting) in study_keys().items():
+    for key, (method, _) in study_keys().items():
         if key in given and method.name in canonical:
-            types = py_types[setting.type] + ((type(None),) if setting.optional else ())
             value = given.pop(key)
-            out[key] = value if value is None else typed(f"merge_many.{key}", value, types, source)
+            out[key] = (
+                value
+                if value is None
+                else typed(f"merge_many.{key}", value, schema[key][0], source)
+            )
     return out
 
 
 def method_options(settings: dict[str, Any], method: str) -> dict[str, Any]:
-    """Every setting of canonical ``method`` for a merge: its value given in a resolved
-    ``[merge_many]`` (``settings``), else its baseline (as a width study's merge reads a key it
-    lacks: :attr:`lmc.perm.methods.MethodSetting.baseline`), checked by the method's record."""
+    """The settings canonical ``method`` merges with, read from a resolved ``[merge_many]``
+    (``settings``) as a width study's merge reads its ``[merge]``
+    (:func:`lmc.experiments.jobs.align_options`), checked by the method's record."""
     from lmc.perm.methods import get_method
 
-    record = get_method(method)
-    given = {s.name: settings.get(record.study_key(s), s.baseline) for s in record.settings}
-    record.resolve(given)
-    return given
+    options = align_options(settings, method)
+    get_method(method).resolve(options)
+    return options
 
 
 def method_identity(settings: dict[str, Any], method: str) -> dict[str, Any]:
