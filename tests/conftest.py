@@ -405,6 +405,9 @@ def _one_thread():
         # would change the tests' numbers), and no timing is written to the user's cache
         patch.setenv("LMC_AUTO_PRECISION", "fp32")
         patch.setenv("LMC_PRECISION_CACHE", "")
+        # and no help text is read from or stored in it (tests/cli/test_help_is_light.py
+        # gives its cases a folder of their own)
+        patch.setenv("LMC_HELP_CACHE", "")
         yield
     torch.set_num_threads(before)
 

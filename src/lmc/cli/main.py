@@ -2,9 +2,12 @@
 
 Start-up is light: building the top-level parser imports no verb module (so neither torch nor
 the library), and a command line imports the one verb it names (:func:`build_parser` with
-``verbs``). ``lmc --help`` and ``lmc recipes`` never import torch; ``lmc VERB --help`` imports
-VERB's module, which for most verbs means torch and the part of the library the verb's options
-are read from (the model registry for ``lmc train``, the alignment methods for ``lmc align``).
+``verbs``). ``lmc --help`` and ``lmc recipes`` never import torch. Building most verbs'
+parsers imports torch and the part of the library the verb's options are read from (the
+model registry for ``lmc train``, the alignment methods for ``lmc align``); ``lmc VERB
+--help`` prints the text stored by its last call when nothing it depends on has changed
+(:mod:`lmc.cli.help_cache`), so only the first call after installing or editing lmc pays
+that import.
 """
 
 from __future__ import annotations
@@ -135,8 +138,37 @@ def _clean_warnings(verb: str, quiet: bool) -> None:
         warnings.filterwarnings("ignore", message=TRACER_NOTE, category=UserWarning)
 
 
+HELP_FLAGS = ("-h", "--help")
+
+
+def help_verb(argv: Sequence[str]) -> str | None:
+    """The verb when ``argv`` is exactly ``[VERB, -h|--help]``, else ``None`` (other forms, such
+    as ``lmc train --model gpt --help``, build their parser)."""
+    if len(argv) == 2 and argv[0] in VERBS and argv[1] in HELP_FLAGS:
+        return argv[0]
+    return None
+
+
+def verb_help(verb: str) -> str:
+    """The text ``lmc VERB --help`` prints: the stored one (:mod:`lmc.cli.help_cache`) when
+    nothing it depends on changed, else built from the verb's parser and stored."""
+    from .help_cache import store_help, stored_help  # not on ``lmc --help``'s path
+
+    text = stored_help(verb)
+    if text is None:
+        parser = build_parser([verb])
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        text = sub.choices[verb].format_help()
+        store_help(verb, text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    helped = help_verb(argv)
+    if helped is not None and _verb_exists(VERBS[helped][0]):
+        sys.stdout.write(verb_help(helped))
+        raise SystemExit(0)  # as argparse's help action does
     verb = named_verb(argv)
     parser = build_parser([verb] if verb in VERBS else [])
     try:

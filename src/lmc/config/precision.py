@@ -55,6 +55,7 @@ import torch
 
 from .device import resolve_device
 from .errors import LmcError, LmcWarning
+from .user_cache import cache_place
 
 #: the values a ``precision`` setting takes; ``auto`` is resolved before a run is hashed
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -224,12 +225,7 @@ def measure_speedup(device: str | torch.device = "cpu") -> float:
 def cache_file() -> Path | None:
     """Where measured answers are kept: ``$LMC_PRECISION_CACHE`` when set (empty: nowhere),
     else ``$XDG_CACHE_HOME/lmc/precision.json`` (or ``~/.cache/lmc/precision.json``)."""
-    given = os.environ.get(CACHE_ENV)
-    if given is not None:
-        return Path(given).expanduser() if given.strip() else None
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "lmc" / "precision.json"
+    return cache_place(CACHE_ENV, "precision.json")
 
 
 def _disk_key(support: Bf16Support) -> str:

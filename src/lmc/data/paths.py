@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lmc.config.user_cache import user_cache_dir
+
 # Debian's dataset-fashion-mnist package puts the four gzipped IDX files here.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 # Debian's fortunes package puts its fortune files (plain text, '%' lines between fortunes) here.
@@ -41,9 +43,7 @@ SUBFOLDERS: dict[str, tuple[str, ...]] = {
 
 def cache_dir() -> Path:
     """The user cache folder for lmc data: ``$XDG_CACHE_HOME/lmc`` or ``~/.cache/lmc``."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return (base / "lmc").absolute()
+    return user_cache_dir().absolute()
 
 
 def default_data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
