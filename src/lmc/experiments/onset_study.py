@@ -163,7 +163,7 @@ def resolve_onset(raw: dict[str, Any], source: str | None = None) -> dict[str, A
     a wrong type or a value out of range is an ``LmcError`` naming the key and the file."""
     study = resolve_trained(raw, KIND, TOP_LEVEL, source)
     settings = table(raw.get(KIND, {}), SETTINGS, KIND, source)
-    _check_settings(settings, study["model"], study["train"], study["data"], source)
+    _check_settings(settings, study["model"], study["train"], source)
     study[KIND] = settings
     for method in settings["methods"]:  # the settings every evaluation builds, built now
         try:
@@ -177,7 +177,6 @@ def _check_settings(
     settings: dict[str, Any],
     model: dict[str, Any],
     train: dict[str, Any],
-    data: dict[str, Any],
     source: str | None,
 ) -> None:
     """Value checks of ``[onset]`` (in place: the epochs sorted, numbers as floats)."""

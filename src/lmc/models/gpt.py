@@ -10,6 +10,7 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from .init import normal_draw_
 from .layers import BIAS_OPTION, activation_option
 from .options import ModelOption
 from .probes import ProbePoint
@@ -107,9 +108,7 @@ class GPT(nn.Module):
         """Token and position embeddings ~ N(0, 0.02²) (called by ``initialize``; a tied head
         shares the token embedding's draw, an untied one keeps its Linear default)."""
         for param in (self.tok.weight, self.pos.weight):
-            draw = torch.empty(param.shape, dtype=param.dtype)
-            draw.normal_(0.0, EMBED_STD, generator=generator)
-            param.copy_(draw)
+            normal_draw_(param, EMBED_STD, generator)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(idx.shape[1], device=idx.device)

@@ -11,6 +11,15 @@ NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
 
 
 @torch.no_grad()
+def normal_draw_(param: torch.Tensor, std: float, generator: torch.Generator | None) -> None:
+    """Fill ``param`` in place with N(0, ``std``²) drawn from ``generator`` into a fresh CPU
+    tensor of its shape and dtype (so the bits do not depend on the parameter's device)."""
+    draw = torch.empty(param.shape, dtype=param.dtype)
+    draw.normal_(0.0, std, generator=generator)
+    param.copy_(draw)
+
+
+@torch.no_grad()
 def initialize(model: nn.Module, seed: int) -> nn.Module:
     """Re-initialise every Linear/Conv/Embedding with PyTorch's default scheme, from ``seed``.
 
@@ -46,9 +55,7 @@ def initialize(model: nn.Module, seed: int) -> nn.Module:
                 module.bias.copy_(bias)
         elif isinstance(module, nn.Embedding):
             if fresh(module.weight):
-                weight = torch.empty(module.weight.shape, dtype=module.weight.dtype)
-                weight.normal_(0.0, 1.0, generator=gen)
-                module.weight.copy_(weight)
+                normal_draw_(module.weight, 1.0, gen)
         elif isinstance(module, NORM_TYPES):
             if getattr(module, "weight", None) is not None:
                 module.weight.fill_(1.0)

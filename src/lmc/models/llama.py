@@ -46,6 +46,7 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from .init import normal_draw_
 from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model
@@ -307,9 +308,7 @@ class Llama(nn.Module):
     def lmc_init(self, generator: torch.Generator | None) -> None:
         """Token embedding ~ N(0, 0.02²) (called by ``initialize``; a tied head shares it, an
         untied one keeps its Linear default) and every RMSNorm gain 1."""
-        draw = torch.empty(self.tok.weight.shape, dtype=self.tok.weight.dtype)
-        draw.normal_(0.0, EMBED_STD, generator=generator)
-        self.tok.weight.copy_(draw)
+        normal_draw_(self.tok.weight, EMBED_STD, generator)
         for module in self.modules():
             if module is not self and isinstance(module, (_RMSNorm, *_NORMS)):
                 module.weight.fill_(1.0)

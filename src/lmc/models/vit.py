@@ -10,6 +10,7 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from .init import normal_draw_
 from .layers import BIAS_OPTION, activation_option
 from .options import ModelOption
 from .probes import ProbePoint
@@ -168,9 +169,7 @@ class ViT(nn.Module):
         """Class token and position embedding ~ N(0, 0.02²) (called by ``initialize``)."""
         for param in (getattr(self, "cls_token", None), self.pos_embed):
             if param is not None:
-                draw = torch.empty(param.shape, dtype=param.dtype)
-                draw.normal_(0.0, POSITION_STD, generator=generator)
-                param.copy_(draw)
+                normal_draw_(param, POSITION_STD, generator)
 
     @property
     def tokens(self) -> int:

@@ -567,6 +567,18 @@ def _by_layer(records: list[dict], width: float, pair: int) -> dict[tuple[int, s
     return out
 
 
+def _unit_panels(
+    records: list[dict],
+) -> tuple[list[float], int, dict[float, dict[tuple[int, str], dict]], list[tuple[int, str]]]:
+    """What a per-unit figure (moments, spectra) draws from one weight decay's ``records``:
+    the narrowest and widest widths, the lowest pair, per width the records by layer
+    (:func:`_by_layer`), and the layers shown (:func:`_pick_layers`)."""
+    widths, pair = _narrow_wide(records)
+    per_width = {w: _by_layer(records, w, pair) for w in widths}
+    layers = _pick_layers(sorted({k for d in per_width.values() for k in d}))
+    return widths, pair, per_width, layers
+
+
 def _layer_index(record: dict) -> int:
     """The record's layer ℓ; records without one (e.g. written without analysis) sort last."""
     try:
@@ -580,9 +592,7 @@ def second_moments(res: Results, wd: float) -> Plot | Skip:
     records = _unit_records(res.moments, wd)
     if not records:
         return Skip(title, "no moments.json records for this weight decay")
-    widths, pair = _narrow_wide(records)
-    per_width = {w: _by_layer(records, w, pair) for w in widths}
-    layers = _pick_layers(sorted({k for d in per_width.values() for k in d}))
+    widths, pair, per_width, layers = _unit_panels(records)
     fig, axes = new_figure(len(widths), len(layers), panel=(3.0, 2.5))
     for i, w in enumerate(widths):
         for j, key in enumerate(layers):
@@ -655,9 +665,7 @@ def spectra(res: Results, wd: float) -> Plot | Skip:
     records = _unit_records(res.spectra, wd)
     if not records:
         return Skip(title, "no spectra.json records for this weight decay")
-    widths, pair = _narrow_wide(records)
-    per_width = {w: _by_layer(records, w, pair) for w in widths}
-    layers = _pick_layers(sorted({k for d in per_width.values() for k in d}))
+    widths, pair, per_width, layers = _unit_panels(records)
     all_widths = res.widths if all(w in res.widths for w in widths) else widths
     colours = width_colours(all_widths)
     fig, axes = new_figure(1, len(layers), panel=(3.1, 2.8), sharey="row")

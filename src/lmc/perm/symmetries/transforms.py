@@ -287,6 +287,17 @@ def _random_heads(heads: int, gen: torch.Generator) -> torch.Tensor:
     return torch.randperm(heads, generator=gen) if heads > 1 else torch.zeros(1).long()
 
 
+def _draw_setup(
+    n: int, seed: int | torch.Generator, heads: int, head: torch.Tensor | None
+) -> tuple[torch.Generator, int, torch.Tensor]:
+    """What every head-structured ``random`` starts from: the generator of ``seed``, the head
+    dimension ``d = n / heads`` (checked) and ``head`` (a random order of the heads when
+    ``None``, drawn first from the generator)."""
+    gen = _generator(seed)
+    d = _head_dim(n, heads)
+    return gen, d, _random_heads(heads, gen) if head is None else head
+
+
 def _log_scales(shape: tuple[int, ...], gen: torch.Generator, spread: float) -> torch.Tensor:
     """Log-scales uniform in ``[-log spread, log spread]`` (float64)."""
     log_spread = float(torch.log(torch.tensor(float(spread), dtype=torch.float64)))
@@ -361,8 +372,9 @@ class _LinearMap(Transform):
     @abstractmethod
     def _validate(self) -> None: ...
 
-    @abstractmethod
-    def _block_inverse(self) -> torch.Tensor: ...
+    def _block_inverse(self) -> torch.Tensor:
+        """The inverse of each block (a subclass overrides it where it has a cheaper form)."""
+        return torch.linalg.inv(self._blocks)
 
     @property
     def head(self) -> torch.Tensor:
@@ -468,10 +480,7 @@ class Orthogonal(_LinearMap):
         head: torch.Tensor | None = None,
     ) -> Orthogonal:
         """Haar-random blocks; the heads reordered by ``head`` (default: a random order)."""
-        gen = _generator(seed)
-        d = _head_dim(n, heads)
-        if head is None:
-            head = _random_heads(heads, gen)
+        gen, d, head = _draw_setup(n, seed, heads, head)
         return cls(head, haar_orthogonal(d, gen, heads))
 
 
@@ -489,9 +498,6 @@ class Invertible(_LinearMap):
                 f" > {MAX_CONDITION:.0e})"
             )
 
-    def _block_inverse(self) -> torch.Tensor:
-        return torch.linalg.inv(self._blocks)
-
     @classmethod
     def random(
         cls,
@@ -505,10 +511,7 @@ class Invertible(_LinearMap):
         ``[-log spread, log spread]`` (condition number at most ``spread²``)."""
         if spread < 1:
             raise LmcError(f"spread must be >= 1, got {spread}")
-        gen = _generator(seed)
-        d = _head_dim(n, heads)
-        if head is None:
-            head = _random_heads(heads, gen)
+        gen, d, head = _draw_setup(n, seed, heads, head)
         u, v = haar_orthogonal(d, gen, heads), haar_orthogonal(d, gen, heads)
         log_s = _log_scales((heads, d), gen, spread)
         return cls(head, u @ torch.diag_embed(log_s.exp()) @ v)
@@ -564,9 +567,6 @@ class RopePlanes(_LinearMap):
         if float(modulus.min()) <= 0 or float(modulus.max() / modulus.min()) > MAX_CONDITION:
             raise LmcError("a plane's scaling is zero or the scalings span too wide a range")
 
-    def _block_inverse(self) -> torch.Tensor:
-        return torch.linalg.inv(self._blocks)
-
     @classmethod
     def random(
         cls,
@@ -578,12 +578,9 @@ class RopePlanes(_LinearMap):
     ) -> RopePlanes:
         """Uniform angles and ``log s`` uniform in ``[-log spread, log spread]`` (``spread=1``:
         rotations only, an orthogonal map)."""
-        gen = _generator(seed)
-        d = _head_dim(n, heads)
-        if d % 2:
-            raise LmcError(f"rotary planes need an even head dimension, got {d}")
-        if head is None:
-            head = _random_heads(heads, gen)
+        if _head_dim(n, heads) % 2:
+            raise LmcError(f"rotary planes need an even head dimension, got {n // heads}")
+        gen, d, head = _draw_setup(n, seed, heads, head)
         angle = torch.rand(heads, d // 2, generator=gen, dtype=torch.float64) * 2 * torch.pi
         log_s = _log_scales((heads, d // 2), gen, spread)
         s = log_s.exp()
