@@ -125,3 +125,47 @@ def test_labels_default_to_the_name_and_bad_presentation_fields_are_refused():
         AlignmentMethod("x", _shift, "x", order=float("nan"))
     with pytest.raises(LmcError, match="style must be a MethodStyle"):
         AlignmentMethod("x", _shift, "x", style=("#000000", "o"))
+
+
+TOY_MODULE = """
+import torch
+from lmc.perm.methods import AlignmentMethod, MethodOutput, register_method
+
+def _keep(job):
+    return MethodOutput({g: torch.arange(n) for g, n in job.spec.group_sizes.items()})
+
+register_method(AlignmentMethod("toyfile", _keep, "keep every unit (a test method)"))
+"""
+
+
+def test_a_method_is_its_module_alone(tmp_path, monkeypatch):
+    """A module dropped beside the built-in methods registers itself: no import line to add
+    (``import_package_modules``, which ``lmc/perm/methods/__init__.py`` calls on its folder)."""
+    import sys
+
+    from lmc.perm.methods import import_package_modules, method_names
+
+    package = tmp_path / "toy_methods"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "keep_all.py").write_text(TOY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert "toyfile" not in method_names()
+        assert import_package_modules("toy_methods", [str(package)]) == ["keep_all"]
+        assert method_names()[-1] == "toyfile"
+        assert import_package_modules("toy_methods", [str(package)]) == []  # imported once
+    finally:
+        unregister_method("toyfile")
+        for name in ("toy_methods", "toy_methods.keep_all"):
+            sys.modules.pop(name, None)
+
+
+def test_every_module_of_the_methods_folder_is_imported():
+    import sys
+
+    import lmc.perm.methods as methods
+
+    folder = Path(methods.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert all(f"lmc.perm.methods.{name}" in sys.modules for name in modules)

@@ -2,11 +2,12 @@
 point that runs a registered method) and one module per built-in method, holding its algorithm
 and its record (:class:`AlignmentMethod`: settings, what it reads, label, order, style).
 
-A built-in method is its module here and one import line below: the modules register their
-records when imported, and the order of the imports is the registration order
-(:func:`method_names`: what ``lmc align --help`` lists). A method's module may import another
-method's (``ste`` starts from weight matching; ``learned`` from ``orthogonal``), so each comes
-after the methods it imports. A plug-in calls :func:`register_method` from its own module.
+A built-in method is its module here: the modules register their records when imported. The
+ones below are imported in a fixed order, which is the registration order (:func:`method_names`:
+what ``lmc align --help`` lists); every other module of this folder is imported after them, in
+the order of its name (:func:`import_package_modules`), so a new method needs no line here. A
+method's module may import another method's (``ste`` starts from weight matching; ``learned``
+from ``orthogonal``). A plug-in calls :func:`register_method` from its own module.
 
 The other modules: :mod:`.weight_matching_reference` (the whole of weight matching on one
 screen, which the fast path is tested against) and :mod:`.weight_matching_files` (weight
@@ -34,5 +35,8 @@ from . import (  # noqa: F401  (imported to register them)
 # this package's public names are the registry's
 from . import registry
 from .registry import *  # noqa: F403
+from .registry import import_package_modules
+
+import_package_modules(__name__, __path__)  # noqa: F405  (the methods not listed above)
 
 __all__ = list(registry.__all__)

@@ -50,7 +50,10 @@ enter no identity.
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -313,6 +316,17 @@ def unregister_method(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+def import_package_modules(package: str, path: Sequence[str]) -> list[str]:
+    """Import every module of ``package`` (its folders ``path``, as a package's ``__path__``)
+    that is not imported yet, in the order of their names, and return their names: the
+    methods' modules register their records on import, so a method is its module alone."""
+    found = sorted(info.name for info in pkgutil.iter_modules(path) if not info.ispkg)
+    fresh = [name for name in found if f"{package}.{name}" not in sys.modules]
+    for name in fresh:
+        importlib.import_module(f"{package}.{name}")
+    return fresh
+
+
 def get_method(name: str) -> AlignmentMethod:
     """The registered method called ``name`` (``LmcError`` naming the choices otherwise)."""
     if name not in _REGISTRY:
@@ -369,6 +383,7 @@ __all__ = [
     "all_methods",
     "canonical_control_note",
     "get_method",
+    "import_package_modules",
     "method_names",
     "register_method",
     "study_keys",
