@@ -994,7 +994,14 @@ def _record_line(name: str, record: dict) -> str:
             f"{jobs.get('total', '?')} jobs ({jobs.get('run', '?')} run, "
             f"{jobs.get('reused', '?')} reused from the run store)"
         )
-    if env.get("torch_threads"):
+    workers, per_job = record.get("workers"), record.get("threads_per_job")
+    if isinstance(per_job, int) and per_job > 0:  # what each job ran with, not the parent's
+        workers = workers if isinstance(workers, int) and workers > 0 else 1
+        bits.append(
+            f"{workers} worker{'s' if workers != 1 else ''} of {per_job} torch "
+            f"thread{'s' if per_job != 1 else ''} each"
+        )
+    elif env.get("torch_threads"):
         bits.append(f"{env['torch_threads']} torch threads")
     if env.get("torch"):
         bits.append(f"torch {env['torch']}")

@@ -73,7 +73,7 @@ def test_stored_help_is_the_built_help(verb, tmp_path, monkeypatch, capsys):
     _help(verb, "--help")
     printed = capsys.readouterr().out
     assert printed == _built_help(verb)
-    assert help_cache.stored_help(verb) == printed
+    assert help_cache.stored_help(verb, help_cache.help_key(verb)) == printed
     _help(verb, "-h")  # from the store now
     assert capsys.readouterr().out == printed
 
@@ -82,7 +82,7 @@ def test_a_stale_record_is_rebuilt(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(help_cache.CACHE_ENV, str(tmp_path))
     record = {"key": "an old key", "text": "usage: lmc align STALE\n"}
     (tmp_path / "align.json").write_text(json.dumps(record))
-    assert help_cache.stored_help("align") is None
+    assert help_cache.stored_help("align", help_cache.help_key("align")) is None
     _help("align", "--help")
     printed = capsys.readouterr().out
     assert "STALE" not in printed and printed.startswith("usage: lmc align")
@@ -100,9 +100,23 @@ def test_the_key_follows_the_terminal_width_and_lmc_settings(monkeypatch):
     assert help_cache.help_key("merge") != elsewhere
 
 
+def test_the_key_follows_the_colour_settings(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    plain = help_cache.help_key("train")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert help_cache.help_key("train") != plain
+
+
+def test_the_source_state_reads_recipes_and_contents():
+    """``lmc sweep --help`` lists the recipes: the packaged TOML files enter the key, by content."""
+    rows = help_cache._source_state()
+    assert any(row.startswith("recipes/") and ".toml:" in row for row in rows)
+    assert not any("__pycache__" in row for row in rows)
+
+
 def test_the_key_follows_the_source(monkeypatch):
     before = help_cache.help_key("align")
-    edited = [*help_cache._source_state(), "perm/methods/new_method.py:10:1"]
+    edited = [*help_cache._source_state(), "recipes/a-new-recipe.toml:0123abcd"]
     monkeypatch.setattr(help_cache, "_source_state", lambda: edited)
     assert help_cache.help_key("align") != before
 
@@ -117,7 +131,7 @@ def test_no_cache_and_an_unwritable_cache_are_no_error(tmp_path, monkeypatch, ca
     monkeypatch.setenv(help_cache.CACHE_ENV, str(blocker / "help"))
     _help("merge", "--help")
     assert capsys.readouterr().out.startswith("usage: lmc merge")
-    assert help_cache.stored_help("merge") is None
+    assert help_cache.stored_help("merge", help_cache.help_key("merge")) is None
 
 
 def test_other_help_lines_build_their_parser(tmp_path, monkeypatch, capsys):

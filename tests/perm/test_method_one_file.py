@@ -161,6 +161,24 @@ def test_a_method_is_its_module_alone(tmp_path, monkeypatch):
             sys.modules.pop(name, None)
 
 
+def test_a_module_that_does_not_import_is_named(tmp_path, monkeypatch):
+    import sys
+
+    from lmc.perm.methods import import_package_modules
+
+    package = tmp_path / "broken_methods"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "needs_more.py").write_text("import a_package_nobody_installed\n")
+    (package / "keep_all copy.py").write_text("raise SystemExit('never imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(LmcError, match=r"needs_more\.py .*a_package_nobody_installed"):
+            import_package_modules("broken_methods", [str(package)])
+    finally:
+        sys.modules.pop("broken_methods", None)
+
+
 def test_every_module_of_the_methods_folder_is_imported():
     import sys
 

@@ -152,14 +152,15 @@ def help_verb(argv: Sequence[str]) -> str | None:
 def verb_help(verb: str) -> str:
     """The text ``lmc VERB --help`` prints: the stored one (:mod:`lmc.cli.help_cache`) when
     nothing it depends on changed, else built from the verb's parser and stored."""
-    from .help_cache import store_help, stored_help  # not on ``lmc --help``'s path
+    from .help_cache import help_key, store_help, stored_help  # not on ``lmc --help``'s path
 
-    text = stored_help(verb)
+    key = help_key(verb)
+    text = stored_help(verb, key)
     if text is None:
         parser = build_parser([verb])
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         text = sub.choices[verb].format_help()
-        store_help(verb, text)
+        store_help(verb, key, text)
     return text
 
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     helped = help_verb(argv)
     if helped is not None and _verb_exists(VERBS[helped][0]):
-        sys.stdout.write(verb_help(helped))
+        (sys.stdout or sys.stderr).write(verb_help(helped))  # as argparse: no stdout, stderr
         raise SystemExit(0)  # as argparse's help action does
     verb = named_verb(argv)
     parser = build_parser([verb] if verb in VERBS else [])

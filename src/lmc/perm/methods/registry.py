@@ -320,10 +320,20 @@ def import_package_modules(package: str, path: Sequence[str]) -> list[str]:
     """Import every module of ``package`` (its folders ``path``, as a package's ``__path__``)
     that is not imported yet, in the order of their names, and return their names: the
     methods' modules register their records on import, so a method is its module alone."""
-    found = sorted(info.name for info in pkgutil.iter_modules(path) if not info.ispkg)
+    found = sorted(
+        info.name
+        for info in pkgutil.iter_modules(path)
+        if not info.ispkg and info.name.isidentifier()  # not a copy such as "x copy.py"
+    )
     fresh = [name for name in found if f"{package}.{name}" not in sys.modules]
     for name in fresh:
-        importlib.import_module(f"{package}.{name}")
+        try:
+            importlib.import_module(f"{package}.{name}")
+        except (ImportError, LmcError) as exc:
+            raise LmcError(
+                f"the module {name}.py of {package} ({', '.join(map(str, path))}) does not "
+                f"import: {exc}; mend or remove it"
+            ) from exc
     return fresh
 
 
