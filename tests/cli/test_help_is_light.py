@@ -61,18 +61,14 @@ def _help(verb: str, flag: str) -> None:
     assert done.value.code == 0
 
 
-def _built_help(verb: str) -> str:
-    parser = build_parser([verb])
-    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    return sub.choices[verb].format_help()
-
-
 @pytest.mark.parametrize("verb", ["train", "align", "interpolate"])
 def test_stored_help_is_the_built_help(verb, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(help_cache.CACHE_ENV, str(tmp_path))
     _help(verb, "--help")
     printed = capsys.readouterr().out
-    assert printed == _built_help(verb)
+    with pytest.raises(SystemExit):  # what argparse's own help action prints, no store
+        build_parser([verb]).parse_args([verb, "--help"])
+    assert printed == capsys.readouterr().out
     assert help_cache.stored_help(verb, help_cache.help_key(verb)) == printed
     _help(verb, "-h")  # from the store now
     assert capsys.readouterr().out == printed

@@ -149,6 +149,13 @@ def help_verb(argv: Sequence[str]) -> str | None:
     return None
 
 
+def verb_parser(verb: str) -> argparse.ArgumentParser:
+    """The parser of ``lmc VERB`` (its own options built: :func:`build_parser` with ``verb``)."""
+    parser = build_parser([verb])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[verb]
+
+
 def verb_help(verb: str) -> str:
     """The text ``lmc VERB --help`` prints: the stored one (:mod:`lmc.cli.help_cache`) when
     nothing it depends on changed, else built from the verb's parser and stored."""
@@ -157,9 +164,7 @@ def verb_help(verb: str) -> str:
     key = help_key(verb)
     text = stored_help(verb, key)
     if text is None:
-        parser = build_parser([verb])
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        text = sub.choices[verb].format_help()
+        text = verb_parser(verb).format_help()
         store_help(verb, key, text)
     return text
 

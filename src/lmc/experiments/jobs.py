@@ -203,7 +203,7 @@ def merge_identity(merge: dict[str, Any], method: str) -> dict[str, Any]:
             continue  # at its default (a study without curves): its id as before curves
         if key in later:
             owner, setting = later[key]
-            if owner.name != method or not setting.affects_result or value == setting.baseline:
+            if owner.name != method or not setting.enters_sweep_id(value):
                 continue
         out[key] = value
     return out

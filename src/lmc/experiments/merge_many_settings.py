@@ -157,10 +157,10 @@ def method_identity(settings: dict[str, Any], method: str) -> dict[str, Any]:
 
     record = get_method(method)
     options = method_options(settings, method)
-    return {
-        s.name: options[s.name]
-        for s in record.settings
-        if s.affects_result and options[s.name] != s.baseline
+    return {  # options holds every setting that changes the result
+        name: value
+        for name, value in options.items()
+        if record.setting(name).enters_sweep_id(value)
     }
 
 
@@ -208,8 +208,9 @@ def resolve_merge_many(raw: dict[str, Any], source: str | None = None) -> dict[s
                 raise LmcError(f"'merge_many'{at}: {exc}") from None
     from lmc.perm.methods import study_keys
 
+    keys = study_keys()
     for key in extra:
-        method = study_keys()[key][0].name
+        method = keys[key][0].name
         if method not in settings["methods"]:
             raise LmcError(
                 f"'merge_many.{key}'{at} is a setting of method {method!r}, which "

@@ -156,6 +156,11 @@ class MethodSetting:
         """The value at which the setting stays out of a sweep's merge ids."""
         return self.default if self.legacy is NO_LEGACY else self.legacy
 
+    def enters_sweep_id(self, value: Any) -> bool:
+        """Whether ``value`` of this setting enters a sweep's merge job id: it changes the
+        result and differs from :attr:`baseline` (see the module docstring)."""
+        return self.affects_result and value != self.baseline
+
 
 @dataclass(frozen=True)
 class AlignJob:
