@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from lmc.config import LmcError
 from lmc.data import ALL_DATASETS, TEXT_DATASETS, canonical_name
@@ -57,6 +58,14 @@ class _DefaultModel(str):
 
 
 DEFAULT_MODEL = _DefaultModel("mlp")
+
+
+def _shown_default(field: str, help: str, spec: str = "") -> dict[str, Any]:
+    """``default`` and ``help`` of a flag whose default is the training default
+    ``DEFAULTS.<field>``: its help ends with that value (formatted by ``spec``), read from the
+    same field, so the two cannot disagree."""
+    value = getattr(DEFAULTS, field)
+    return {"default": value, "help": f"{help} (default: {value:{spec}})"}
 
 
 def _dest(option: str) -> str:
@@ -202,10 +211,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     recipe.add_argument(
         "--batch-size",
         type=int,
-        default=DEFAULTS.batch_size,
-        help="examples per step; each epoch is N // B steps over the N training examples (the "
-        "last partial batch dropped), and a batch size above N is one full-batch step per "
-        f"epoch (default: {DEFAULTS.batch_size})",
+        **_shown_default(
+            "batch_size",
+            "examples per step; each epoch is N // B steps over the N training examples (the "
+            "last partial batch dropped), and a batch size above N is one full-batch step per "
+            "epoch",
+        ),
     )
     recipe.add_argument(
         "--optimizer",
@@ -229,26 +240,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     recipe.add_argument(
         "--warmup-epochs",
         type=float,
-        default=DEFAULTS.warmup_epochs,
-        help=f"linear warm-up epochs (cosine/constant) (default: {DEFAULTS.warmup_epochs:g})",
+        **_shown_default("warmup_epochs", "linear warm-up epochs (cosine/constant)", "g"),
     )
     recipe.add_argument(
         "--label-smoothing",
         type=float,
-        default=DEFAULTS.label_smoothing,
-        help=f"label smoothing (0 = off) (default: {DEFAULTS.label_smoothing:g})",
+        **_shown_default("label_smoothing", "label smoothing (0 = off)", "g"),
     )
     recipe.add_argument(
         "--precision",
-        default=DEFAULTS.precision,
         choices=PRECISIONS,
-        help="auto: bf16 where bfloat16 is native on --device and measured faster than float32 "
-        "(a short timing at start-up, kept in ~/.cache/lmc/precision.json), else fp32; the run's "
-        "config records which, so an auto run that trains in fp32 is the fp32 run. fp32: "
-        "float32. bf16: mixed precision (bfloat16 forward under autocast, float32 weights; "
-        "evaluation stays float32); where the device only emulates bfloat16 (a CPU without "
-        "AVX512-BF16 or AMX) it warns before training, as it can be hundreds of times slower "
-        f"(default: {DEFAULTS.precision})",
+        **_shown_default(
+            "precision",
+            "auto: bf16 where bfloat16 is native on --device and measured faster than float32 "
+            "(a short timing at start-up, kept in ~/.cache/lmc/precision.json), else fp32; the "
+            "run's config records which, so an auto run that trains in fp32 is the fp32 run. "
+            "fp32: float32. bf16: mixed precision (bfloat16 forward under autocast, float32 "
+            "weights; evaluation stays float32); where the device only emulates bfloat16 (a CPU "
+            "without AVX512-BF16 or AMX) it warns before training, as it can be hundreds of "
+            "times slower",
+        ),
     )
     aug = recipe.add_mutually_exclusive_group()
     aug.add_argument(
@@ -266,12 +277,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     seeds = parser.add_argument_group("seeds and spawning")
-    seeds.add_argument(
-        "--seed",
-        type=int,
-        default=DEFAULTS.init_seed,
-        help=f"sets both seeds below (default: {DEFAULTS.init_seed})",
-    )
+    seeds.add_argument("--seed", type=int, **_shown_default("init_seed", "sets both seeds below"))
     seeds.add_argument(
         "--init-seed", type=int, default=None, help="seed of the initial weights (default: --seed)"
     )

@@ -11,12 +11,9 @@ from torch import nn
 from lmc.config import LmcError, check_int
 
 from .init import normal_draw_
-from .layers import BIAS_OPTION, activation_option
-from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
-    HEADS_OPTION,
     TIED_OPTION,
     TokenIdsCheck,
     block_probe_points,
@@ -24,6 +21,7 @@ from .transformer import (
     complete_transformer,
     logits_probe_point,
     make_blocks,
+    pre_ln_entry,
     token_window_inputs,
 )
 
@@ -126,19 +124,7 @@ class GPT(nn.Module):
 
 @register_model(
     "gpt",
-    width="units",
-    default_width=128,
-    width_label="embedding dimension",
-    inputs=gpt_inputs,
-    options={
-        "depth": ModelOption(2, "transformer blocks"),
-        "heads": HEADS_OPTION,
-        "mlp_ratio": ModelOption(4.0, "MLP hidden units per embedding dimension"),
-        "tied": TIED_OPTION,
-        "activation": activation_option("gelu"),
-        "bias": BIAS_OPTION,
-    },
-    widenable=True,
+    **pre_ln_entry(gpt_inputs, depth=2, mlp_ratio=4.0, options={"tied": TIED_OPTION}),
     description="causal GPT over token ids: width is the embedding dimension, depth the blocks",
     check=check_gpt,
     complete=complete_transformer,

@@ -51,7 +51,6 @@ from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
-    HEADS_OPTION,
     TIED_OPTION,
     Attention,
     TokenIdsCheck,
@@ -62,6 +61,7 @@ from .transformer import (
     hidden_units,
     logits_probe_point,
     token_window_inputs,
+    transformer_entry,
 )
 
 EMBED_STD = 0.02  # std of the token embedding at initialisation (GPT-2's, as the zoo's gpt)
@@ -342,29 +342,27 @@ class Llama(nn.Module):
 
 @register_model(
     "llama",
-    width="units",
-    default_width=128,
-    width_label="embedding dimension",
-    inputs=llama_inputs,
-    options={
-        "depth": ModelOption(2, "transformer blocks"),
-        "heads": HEADS_OPTION,
-        "kv_heads": ModelOption(
-            None,
-            "key/value heads, dividing --heads (fewer: grouped-query attention)",
-            type=int,
-            default_text="--heads",
-        ),
-        "mlp_ratio": ModelOption(
-            None,
-            "SwiGLU hidden units per embedding dimension before rounding",
-            type=float,
-            default_text="8/3",
-        ),
-        "multiple_of": ModelOption(8, "SwiGLU hidden units are rounded up to a multiple of it"),
-        "tied": dataclasses.replace(TIED_OPTION, default=False),
-        "rope_theta": ModelOption(10000.0, "base of the rotary embeddings' angles"),
-    },
+    **transformer_entry(
+        llama_inputs,
+        depth=2,
+        options={
+            "kv_heads": ModelOption(
+                None,
+                "key/value heads, dividing --heads (fewer: grouped-query attention)",
+                type=int,
+                default_text="--heads",
+            ),
+            "mlp_ratio": ModelOption(
+                None,
+                "SwiGLU hidden units per embedding dimension before rounding",
+                type=float,
+                default_text="8/3",
+            ),
+            "multiple_of": ModelOption(8, "SwiGLU hidden units are rounded up to a multiple of it"),
+            "tied": dataclasses.replace(TIED_OPTION, default=False),
+            "rope_theta": ModelOption(10000.0, "base of the rotary embeddings' angles"),
+        },
+    ),
     description=(
         "Llama-style causal LM over token ids (RMSNorm, RoPE, SwiGLU, grouped-query attention "
         "with kv_heads dividing heads; default kv_heads = heads): width is the embedding "

@@ -19,7 +19,7 @@ from torch import nn
 
 from lmc.config import LmcError
 
-from .layers import make_activation
+from .layers import BIAS_OPTION, activation_option, make_activation
 from .options import ModelOption
 from .probes import ProbePoint
 
@@ -28,6 +28,42 @@ LAYERS_PER_BLOCK = 4
 #: The options the zoo transformers share.
 HEADS_OPTION = ModelOption(4, "attention heads (llama: query heads); must divide --width")
 TIED_OPTION = ModelOption(True, "the output head shares the token embedding")
+
+
+def transformer_entry(
+    inputs: Callable[..., dict[str, Any]], depth: int, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The :func:`lmc.models.registry.register_model` keywords every zoo transformer shares:
+    its width is the embedding dimension (default 128), read from the data by ``inputs``; its
+    options are ``depth`` (default ``depth`` blocks) and ``heads``, then its own ``options``."""
+    declared = {"depth": ModelOption(depth, "transformer blocks"), "heads": HEADS_OPTION}
+    return dict(
+        width="units",
+        default_width=128,
+        width_label="embedding dimension",
+        inputs=inputs,
+        options={**declared, **options},
+    )
+
+
+def pre_ln_entry(
+    inputs: Callable[..., dict[str, Any]],
+    depth: int,
+    mlp_ratio: float,
+    options: Mapping[str, Any],
+) -> dict[str, Any]:
+    """:func:`transformer_entry` of a model built on :func:`make_blocks` (zoo ``gpt`` and
+    ``vit``): after ``heads``, the blocks' ``mlp_ratio`` (default ``mlp_ratio``), the model's
+    own ``options``, then the blocks' ``activation`` (default GELU) and ``bias``. Such a model
+    is ``widenable``: :func:`lmc.perm.symmetries.widening.embed_transformer` writes any pre-LN
+    transformer lmc canonicalises into a wider one."""
+    declared = {
+        "mlp_ratio": ModelOption(mlp_ratio, "MLP hidden units per embedding dimension"),
+        **options,
+        "activation": activation_option("gelu"),
+        "bias": BIAS_OPTION,
+    }
+    return {**transformer_entry(inputs, depth, declared), "widenable": True}
 
 
 def hidden_units(width: int, mlp_ratio: float) -> int:

@@ -11,17 +11,16 @@ from torch import nn
 from lmc.config import LmcError, check_int
 
 from .init import normal_draw_
-from .layers import BIAS_OPTION, activation_option
 from .options import ModelOption
 from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
-    HEADS_OPTION,
     block_probe_points,
     check_transformer,
     complete_transformer,
     logits_probe_point,
     make_blocks,
+    pre_ln_entry,
 )
 
 POOLS = ("cls", "mean")
@@ -196,27 +195,22 @@ class ViT(nn.Module):
 
 @register_model(
     "vit",
-    width="units",
-    default_width=128,
-    width_label="embedding dimension",
-    inputs=vit_inputs,
-    options={
-        "depth": ModelOption(4, "transformer blocks"),
-        "heads": HEADS_OPTION,
-        "mlp_ratio": ModelOption(2.0, "MLP hidden units per embedding dimension"),
-        "patch": ModelOption(
-            "auto",
-            "patch size, dividing the image's sides",
-            type=int,
-            default_text="2 below 16 pixels, else 4",
-        ),
-        "pool": ModelOption(
-            "cls", "classify the class token (cls) or the mean over tokens", choices=POOLS
-        ),
-        "activation": activation_option("gelu"),
-        "bias": BIAS_OPTION,
-    },
-    widenable=True,
+    **pre_ln_entry(
+        vit_inputs,
+        depth=4,
+        mlp_ratio=2.0,
+        options={
+            "patch": ModelOption(
+                "auto",
+                "patch size, dividing the image's sides",
+                type=int,
+                default_text="2 below 16 pixels, else 4",
+            ),
+            "pool": ModelOption(
+                "cls", "classify the class token (cls) or the mean over tokens", choices=POOLS
+            ),
+        },
+    ),
     description="Vision Transformer: width is the embedding dimension, depth the blocks",
     check=check_vit,
     complete=complete_vit,

@@ -46,7 +46,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -64,6 +64,7 @@ ROLES = ("out", "in", "norm")
 ORTHOGONAL_TOL = 1e-6  # max |MᵀM - I| entry accepted as orthogonal (float64 blocks)
 MAX_CONDITION = 1e8  # condition number above which a block is refused as not invertible
 METADATA_KEY = "lmc.transform"
+_T = TypeVar("_T", bound="Transform")
 
 
 def kind_rank(kind: str) -> int:
@@ -132,6 +133,31 @@ class Transform(ABC):
     @abstractmethod
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """The tensors that define the transform (names without any group prefix)."""
+
+    @classmethod
+    def random(
+        cls: type[_T],
+        n: int,
+        seed: int | torch.Generator,
+        heads: int = 1,
+        head: torch.Tensor | None = None,
+        **options: float,
+    ) -> _T:
+        """A seeded random transform of this kind over ``n`` units, block-structured by
+        ``heads`` heads of ``n / heads`` units (1: unstructured): whole heads move by ``head``
+        (default: a random order of the heads, drawn first), then each kind draws its own part
+        (:meth:`_random`). ``options``: the kind's own settings of the draw (``spread`` for
+        :class:`Invertible` and :class:`RopePlanes`); a transform of the class it is called on."""
+        gen, d, head = _draw_setup(n, seed, heads, head)
+        return cls._random(gen, n, heads, d, head, **options)
+
+    @classmethod
+    @abstractmethod
+    def _random(
+        cls, gen: torch.Generator, n: int, heads: int, d: int, head: torch.Tensor, **options: float
+    ) -> Transform:
+        """:meth:`random`'s draw once the head order is known: ``d`` is the head dimension,
+        ``head`` the order of the heads (the random one when :meth:`random` was given none)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON description saved beside the tensors: kind, size, heads."""
@@ -213,20 +239,14 @@ class Permutation(Transform):
         return cls(torch.arange(n))
 
     @classmethod
-    def random(
-        cls,
-        n: int,
-        seed: int | torch.Generator,
-        heads: int = 1,
-        head: torch.Tensor | None = None,
+    def _random(
+        cls, gen: torch.Generator, n: int, heads: int, d: int, head: torch.Tensor
     ) -> Permutation:
         """A uniformly random permutation; with ``heads > 1`` a block-structured one (whole
         heads move by ``head``, or a random head permutation, and each head's dims permute)."""
-        gen = _generator(seed)
         if heads == 1:
             return cls(torch.randperm(n, generator=gen))
-        d = _head_dim(n, heads)
-        head = torch.randperm(heads, generator=gen) if head is None else _check_perm(head, "head")
+        head = _check_perm(head, "head")
         within = torch.stack([torch.randperm(d, generator=gen) for _ in range(heads)])
         return cls(compose_heads(head, within))
 
@@ -290,7 +310,7 @@ def _random_heads(heads: int, gen: torch.Generator) -> torch.Tensor:
 def _draw_setup(
     n: int, seed: int | torch.Generator, heads: int, head: torch.Tensor | None
 ) -> tuple[torch.Generator, int, torch.Tensor]:
-    """What every head-structured ``random`` starts from: the generator of ``seed``, the head
+    """What :meth:`Transform.random` starts from: the generator of ``seed``, the head
     dimension ``d = n / heads`` (checked) and ``head`` (a random order of the heads when
     ``None``, drawn first from the generator)."""
     gen = _generator(seed)
@@ -371,6 +391,17 @@ class _LinearMap(Transform):
 
     @abstractmethod
     def _validate(self) -> None: ...
+
+    @classmethod
+    def _random(
+        cls, gen: torch.Generator, n: int, heads: int, d: int, head: torch.Tensor, **options: float
+    ) -> _LinearMap:
+        return cls(head, cls._random_blocks(gen, heads, d, **options))
+
+    @classmethod
+    @abstractmethod
+    def _random_blocks(cls, gen: torch.Generator, heads: int, d: int) -> torch.Tensor:
+        """The ``(heads, d, d)`` blocks of :meth:`random` (float64), drawn from ``gen``."""
 
     def _block_inverse(self) -> torch.Tensor:
         """The inverse of each block (a subclass overrides it where it has a cheaper form)."""
@@ -472,16 +503,9 @@ class Orthogonal(_LinearMap):
         return cls(torch.arange(heads), torch.eye(d, dtype=torch.float64).expand(heads, d, d))
 
     @classmethod
-    def random(
-        cls,
-        n: int,
-        seed: int | torch.Generator,
-        heads: int = 1,
-        head: torch.Tensor | None = None,
-    ) -> Orthogonal:
-        """Haar-random blocks; the heads reordered by ``head`` (default: a random order)."""
-        gen, d, head = _draw_setup(n, seed, heads, head)
-        return cls(head, haar_orthogonal(d, gen, heads))
+    def _random_blocks(cls, gen: torch.Generator, heads: int, d: int) -> torch.Tensor:
+        """Haar-random blocks."""
+        return haar_orthogonal(d, gen, heads)
 
 
 class Invertible(_LinearMap):
@@ -499,22 +523,16 @@ class Invertible(_LinearMap):
             )
 
     @classmethod
-    def random(
-        cls,
-        n: int,
-        seed: int | torch.Generator,
-        heads: int = 1,
-        head: torch.Tensor | None = None,
-        spread: float = 2.0,
-    ) -> Invertible:
+    def _random_blocks(
+        cls, gen: torch.Generator, heads: int, d: int, spread: float = 2.0
+    ) -> torch.Tensor:
         """Blocks ``U diag(s) V`` with Haar ``U, V`` and ``log s`` uniform in
         ``[-log spread, log spread]`` (condition number at most ``spread²``)."""
         if spread < 1:
             raise LmcError(f"spread must be >= 1, got {spread}")
-        gen, d, head = _draw_setup(n, seed, heads, head)
         u, v = haar_orthogonal(d, gen, heads), haar_orthogonal(d, gen, heads)
         log_s = _log_scales((heads, d), gen, spread)
-        return cls(head, u @ torch.diag_embed(log_s.exp()) @ v)
+        return u @ torch.diag_embed(log_s.exp()) @ v
 
 
 PLANE_TOL = 1e-9  # max entry off the per-plane structure accepted (float64 blocks)
@@ -568,23 +586,17 @@ class RopePlanes(_LinearMap):
             raise LmcError("a plane's scaling is zero or the scalings span too wide a range")
 
     @classmethod
-    def random(
-        cls,
-        n: int,
-        seed: int | torch.Generator,
-        heads: int = 1,
-        head: torch.Tensor | None = None,
-        spread: float = 2.0,
-    ) -> RopePlanes:
+    def _random_blocks(
+        cls, gen: torch.Generator, heads: int, d: int, spread: float = 2.0
+    ) -> torch.Tensor:
         """Uniform angles and ``log s`` uniform in ``[-log spread, log spread]`` (``spread=1``:
         rotations only, an orthogonal map)."""
-        if _head_dim(n, heads) % 2:
-            raise LmcError(f"rotary planes need an even head dimension, got {n // heads}")
-        gen, d, head = _draw_setup(n, seed, heads, head)
+        if d % 2:
+            raise LmcError(f"rotary planes need an even head dimension, got {d}")
         angle = torch.rand(heads, d // 2, generator=gen, dtype=torch.float64) * 2 * torch.pi
         log_s = _log_scales((heads, d // 2), gen, spread)
         s = log_s.exp()
-        return cls(head, plane_blocks(s * angle.cos(), s * angle.sin()))
+        return plane_blocks(s * angle.cos(), s * angle.sin())
 
 
 def act_tiled(
