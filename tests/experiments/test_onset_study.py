@@ -17,7 +17,7 @@ from lmc.experiments import load_study, read_csv, resolve, run_study
 from lmc.experiments.onset_study import SETTINGS, train_capturing, train_config
 from lmc.models import build
 from lmc.report import write_report
-from lmc.report.onset import summarise, verdict
+from lmc.report.onset import _cell, paired_sentence, summarise, verdict
 from lmc.store import RunStore
 from lmc.train import train_run
 from lmc.train.evaluate import evaluate
@@ -227,6 +227,31 @@ def test_the_verdict_follows_the_numbers():
     text = verdict(summarise(_rows({"none": [0.0, 1.0, 0.2], "weight": [0.0, 0.8, 0.15]})))
     assert text.startswith("**Partly confirmed:**") and "naive barrier" in text
     assert verdict(summarise(_rows({"weight": [0.0, 0.8, 0.1]}))).startswith("**No verdict:**")
+
+
+def test_the_paired_sentence_compares_the_pairs_at_the_last_epoch():
+    # three pairs; at epoch 2 weight − none is −1.0, −1.1, −0.9 per pair: mean −1.0, sample
+    # std 0.1, 95 % half-width t(0.975, 2) · 0.1 / √3 = 4.303 · 0.0577 = 0.248
+    rows = [
+        {**r, "pair": p}
+        for p, shift in enumerate((0.0, 0.1, -0.1))
+        for r in _rows({"none": [0.0, 1.0, 1.2 + shift], "weight": [0.0, 0.8, 0.2]})
+    ]
+    text = paired_sentence(rows)
+    assert "at epoch 2" in text and "lower in every pair: −1.00 ± 0.25" in text, text
+    assert (
+        paired_sentence(_rows({"none": [0.0, 1.0, 1.2], "weight": [0.0, 0.8, 0.1]})).count(
+            "too few pairs"
+        )
+        == 1
+    )  # one pair: no verdict
+    assert paired_sentence(_rows({"none": [0.0, 1.0]})) == ""
+
+
+def test_table_cells_show_the_95_percent_interval_not_the_std():
+    # mean 1.0, sample std 0.1 over 3 pairs: h = 4.303 · 0.1 / √3 = 0.248
+    assert _cell((1.0, 0.1, 3), 1.0, 3) == "1.000 ± 0.248"
+    assert _cell((1.0, 0.0, 1), 1.0, 3) == "1.000"  # one pair: no interval
 
 
 def test_the_packaged_recipe_is_an_onset_study():

@@ -101,3 +101,12 @@ def test_a_sweep_runs_each_variant_and_writes_the_table_across_them(
     assert record["report_html"] == str(out / "report.html")
     # four training runs: two depths x two models, none shared
     assert len([p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]) == 4
+
+
+def test_the_index_shows_each_mean_with_its_95_percent_interval():
+    from lmc.report.variants import _estimate
+
+    row = {"merged_accuracy_mean": 0.8, "merged_accuracy_ci95": 0.012, "pairs": 3.0}
+    assert _estimate(row, "merged_accuracy_mean", "{:.1%}") == "80.0% ± 1.2%"
+    assert _estimate(row, "pairs", "{:g}") == "3"
+    assert _estimate({"merged_accuracy_mean": 0.8}, "merged_accuracy_mean", "{:.1%}") == "80.0%"

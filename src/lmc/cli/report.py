@@ -1,11 +1,10 @@
 """Write report.md and a self-contained report.html (figures embedded) from a results folder
-written by `lmc sweep`: Table 1 (barriers at λ = ½, mean ± std over pairs), accuracy, barriers
-and inverse temperature against width, interpolation curves, layerwise cosines, second moments,
-spectra, the weight-decay ablation, stitching (with [stitch] enabled), and the exact config,
-versions and timing. A folder of another experiment kind (counterexample, merge-many, onset;
-its study.json says which) gets that kind's report. Never trains or evaluates a model. Prints
-the path of report.html last.
-"""
+written by `lmc sweep`: Table 1 (barriers at λ = ½, mean ± 95 % t-interval over pairs),
+accuracy, barriers and inverse temperature against width, interpolation curves, layerwise
+cosines, second moments, spectra, the weight-decay ablation, stitching (with [stitch] enabled),
+and the exact config, versions and timing. A folder of another experiment kind (counterexample,
+merge-many, onset; its study.json says which) gets that kind's report. Never trains or evaluates
+a model. Prints the path of report.html last."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Table 1 of the width paper: barriers and accuracies at λ = ½, mean ± std over pairs.
+"""Table 1 of the width paper: barriers and accuracies at λ = ½: mean, sample std and the
+half-width of the mean's 95 % t-interval over pairs.
 
 ``table1`` turns the tidy ``results.csv`` rows into one row per (width, weight decay, method)
 with the columns of ``table1.csv`` (``TABLE1_COLUMNS``). Accuracies and the accuracy barrier

@@ -14,7 +14,8 @@ below every package that draws) and ``lmc.report.style``.
 
 Conventions (docs/science.md): θ(λ) = (1 − λ)θ_A + λθ_B, λ = 0 is A; accuracies are fractions in the
 data and percent in figures and tables; accuracy barriers are shown in percentage points and
-loss barriers in nats; mean ± std is over pairs with the sample std (ddof = 1).
+loss barriers in nats; a table's ± is the half-width of the mean's 95 % t-interval over pairs
+(:mod:`lmc.stats`; the sample std, ddof = 1, is in the CSV files beside it).
 
     from lmc.report import write_report, table1
     paths = write_report("results/lewc-digits-mlp")   # {"report_md", "report_html", "figures"}

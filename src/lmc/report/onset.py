@@ -3,9 +3,10 @@
 Reads ``study.json``, ``barriers.csv`` and ``study.toml`` (optional) of a folder written by
 :mod:`lmc.experiments.onset_study` and writes ``report.md``, ``report.html`` and
 ``figures/onset.{png,svg}``: the claim, a verdict computed from the recorded barriers, one
-table per method of the barriers against the training epoch of both endpoints (mean ± sample
-std over pairs), and the figure of the barrier against the epoch, one line per method. Never
-computes a model: the numbers are the files'.
+table per method of the barriers against the training epoch of both endpoints (mean ± the
+half-width of its 95 % t-interval over pairs, :mod:`lmc.stats`), paired verdicts at the last
+epoch (:func:`paired_sentence`), and the figure of the barrier against the epoch, one line per
+method with its 95 % band. Never computes a model: the numbers are the files'.
 
 Connectivity along training (``[onset] alignment``, Sharma et al. 2024): a ``connectivity``
 column says whether a row's alignment was found at its own epoch (``weak``, the method's own
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lmc.config import LmcError
+from lmc.stats import compare, half_width
 
 from .document import Block, Heading, Note, Para, Table
 from .figures import Plot
@@ -213,13 +215,48 @@ def _ratio(a: float, b: float) -> str:
 
 
 def _cell(stats: tuple[float, float, int], scale: float, digits: int) -> str:
+    """``mean ± h`` (h: the half-width of the mean's 95 % t-interval) of a summary cell
+    ``(mean, sample std, n)``, scaled; the mean alone with one pair."""
     mean, std, n = stats
     if not math.isfinite(mean):
         return "undefined"
     text = f"{scale * mean:.{digits}f}"
-    if n > 1 and math.isfinite(std):
-        text += f" ± {scale * std:.{digits}f}"
+    half = half_width(std, n)
+    if math.isfinite(half):
+        text += f" ± {scale * half:.{digits}f}"
     return text
+
+
+def paired_sentence(rows: list[dict], method: str = "weight") -> str:
+    """Paired verdicts (:func:`lmc.stats.compare`, pairs keyed by the ``pair`` column) on
+    Git Re-Basin's loss barrier (max − mean, nats) at the last epoch both series share:
+    ``method`` against ``none``; with a strong series, at the first trained epoch before the
+    last, the final models' alignment against the one found at that epoch (at the last epoch
+    they are the same alignment). Empty without ``method`` and ``none``."""
+    by_series: dict[str, dict[int, dict[Any, float]]] = {}
+    for r in rows:
+        series = by_series.setdefault(series_name(r), {})
+        series.setdefault(int(r["epoch"]), {})[r["pair"]] = float(r["max_minus_mean_loss"])
+    if method not in by_series or "none" not in by_series:
+        return ""
+    shared = sorted(set(by_series[method]) & set(by_series["none"]))
+    if not shared:
+        return ""
+    last = shared[-1]
+    text = (
+        f"Paired over the pairs (the same seeds), the loss barrier (max − mean) at epoch {last}: "
+        f"{method_style(method)[2]} − none, "
+        f"{compare(by_series['none'][last], by_series[method][last])}"
+    )
+    strong = by_series.get(method + STRONG, {})
+    early = [e for e in shared if 0 < e < last and e in strong]
+    if early:
+        first = early[0]
+        text += (
+            f"; at epoch {first}, the final models' alignment − that epoch's own, "
+            f"{compare(by_series[method][first], strong[first])}"
+        )
+    return text + "."
 
 
 #: The tables' caption note on a strong series.
@@ -254,7 +291,7 @@ def _tables(summary: Summary, pairs: int, level: int = 3) -> list[Block]:
                 header,
                 rows,
                 caption=(
-                    f"Mean ± sample std over {pairs} pair(s) of the barriers between A and "
+                    f"Mean ± 95 % t-interval over {pairs} pair(s) of the barriers between A and "
                     f"{'B' if method == 'none' else 'B aligned onto A'} after that many "
                     "epochs of both (0 = initialisation"
                     f"{FINAL_NOTE if strong else ''}"
@@ -286,12 +323,12 @@ def _figure(summaries: dict[Any, Summary]) -> Plot:
                 label += ", strong (final alignment)"
             xs = list(epochs)
             mean = [scale * epochs[e][key][0] for e in xs]
-            std = [scale * epochs[e][key][1] for e in xs]
+            half = [scale * half_width(*epochs[e][key][1:]) for e in xs]
             ax.plot(xs, mean, color=colour, marker=marker, ms=4, lw=1.6, label=label,
                     ls="--" if strong else "-", mfc="white" if strong else colour)  # fmt: skip
-            if any(math.isfinite(s) and s > 0 for s in std):
-                low = [m - (s if math.isfinite(s) else 0.0) for m, s in zip(mean, std)]
-                high = [m + (s if math.isfinite(s) else 0.0) for m, s in zip(mean, std)]
+            if any(math.isfinite(h) and h > 0 for h in half):
+                low = [m - (h if math.isfinite(h) else 0.0) for m, h in zip(mean, half)]
+                high = [m + (h if math.isfinite(h) else 0.0) for m, h in zip(mean, half)]
                 ax.fill_between(xs, low, high, color=colour, alpha=0.18, lw=0)
         ax.axhline(0.0, color="#555555", lw=0.8)
         ax.set_xticks(sorted({e for epochs in summary.values() for e in epochs}))
@@ -308,7 +345,7 @@ def _figure(summaries: dict[Any, Summary]) -> Plot:
         "weight matching) between two models after the same number of training epochs, "
         "against that epoch. Left: Git Re-Basin's loss barrier max_λ L(λ) − ½(L_A + L_B) "
         "(mean cross-entropy, nats); right: the accuracy barrier, the largest drop below the "
-        "chord (percentage points). Lines: mean over pairs; bands: ± one sample std."
+        "chord (percentage points). Lines: mean over pairs; bands: the mean's 95 % t-interval."
     )
     if any(m.endswith(STRONG) for summary in summaries.values() for m in summary):
         caption += (
@@ -349,6 +386,7 @@ def onset_page(folder: Path, title: str | None = None, quiet: bool = True) -> Pa
     groups = by_width(rows)
     several = "width" in rows[0]
     summaries = {w if several else None: summarise(mine) for w, mine in groups.items()}
+    rows_of = {w if several else None: mine for w, mine in groups.items()}
     pairs = len({int(r["pair"]) for r in rows})
     width = settings.get("width", "?")
     if isinstance(width, list):
@@ -369,6 +407,9 @@ def onset_page(folder: Path, title: str | None = None, quiet: bool = True) -> Pa
         strong = strong_sentence(summary)
         if strong:
             blocks.append(Para(strong))
+        paired = paired_sentence(rows_of[width])
+        if paired:
+            blocks.append(Para(paired))
         return blocks
 
     def body(figures: Figures) -> list[Block]:

@@ -5,7 +5,8 @@ A results folder written by ``lmc sweep`` for a study with ``[[variants]]``
 results folder per variant. :func:`lmc.report.write_report` writes each variant's report in
 its folder and the index (:func:`variants_page`; ``report.md``, ``report.html``): the
 variants, the settings each changes, and Table 1's headline columns across all of them
-(λ = ½, mean ± std over pairs), so a second axis (depth, activation) reads in one table; for
+(λ = ½, mean ± the half-width of its 95 % t-interval over pairs, n pairs per row), so a
+second axis (depth, activation) reads in one table; for
 another kind (merge-many), the rows of each variant's first table.
 """
 
@@ -30,6 +31,7 @@ COLUMNS = (
     ("width", "width", "{:g}"),
     ("weight_decay", "weight decay", "{:g}"),
     ("method", "method", "{}"),
+    ("pairs", "n", "{:g}"),
     ("endpoint_accuracy_mean", "endpoints", "{:.1%}"),
     ("merged_accuracy_mean", "merged", "{:.1%}"),
     ("calibrated_midpoint_loss_barrier_mean", "calibrated loss barrier (nats)", "{:.3f}"),
@@ -41,6 +43,19 @@ COLUMNS = (
 def is_variants_folder(path: str | os.PathLike) -> bool:
     """Whether ``path`` holds the results of a study with variants."""
     return (Path(path) / VARIANTS_FILE).is_file()
+
+
+def _estimate(row: dict[str, Any], column: str, fmt: str) -> str:
+    """``row[column]`` formatted by ``fmt``, with ``± h`` (the same format) where the row has
+    the half-width of the column's 95 % t-interval (``<name>_ci95`` beside ``<name>_mean``, as
+    Table 1 writes it)."""
+    text = _cell(row.get(column), fmt)
+    if not column.endswith("_mean"):
+        return text
+    half = row.get(column.removesuffix("_mean") + "_ci95")
+    if isinstance(half, float) and math.isfinite(half) and text not in ("–", "undefined"):
+        text += " ± " + _cell(half, fmt)
+    return text
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -92,11 +107,11 @@ def variants_page(results: Path, record: dict[str, Any], title: str | None = Non
         header = ["variant", *keys, *(h for _, h, _ in COLUMNS)]
         body = [
             [str(r["variant"]), *(str(r.get(k, "")) for k in keys)]
-            + [_cell(r.get(col), fmt) for col, _, fmt in COLUMNS]
+            + [_estimate(r, col, fmt) for col, _, fmt in COLUMNS]
             for r in rows
         ]
         caption = (
-            "λ = ½, means over pairs (each variant's Table 1 has the spreads); "
+            "λ = ½, mean ± the half-width of its 95 % t-interval over the n pairs; "
             "the rows come from `variants.csv`."
         )
     else:  # another kind (merge-many): its first table's rows, every column as written
