@@ -385,8 +385,8 @@ def onset_page(folder: Path, title: str | None = None, quiet: bool = True) -> Pa
     settings = config.get("onset", {})
     groups = by_width(rows)
     several = "width" in rows[0]
-    summaries = {w if several else None: summarise(mine) for w, mine in groups.items()}
     rows_of = {w if several else None: mine for w, mine in groups.items()}
+    summaries = {w: summarise(mine) for w, mine in rows_of.items()}
     pairs = len({int(r["pair"]) for r in rows})
     width = settings.get("width", "?")
     if isinstance(width, list):
