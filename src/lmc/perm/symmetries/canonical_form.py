@@ -14,7 +14,8 @@ becomes a parameter-free RMSNorm, ``RMS(x) = x / √(mean(x²) + ε)``, with the
    LayerNorm only ever subtracted μ: on a centred stream ``σ² = mean(x²)`` and
    ``LN(x) = RMS(x) · g + b`` exactly (the same ε; no rescaling of ε is needed).
 2. *Fold the affine into the readers.* Each Linear that reads a norm's output (q, k, v or the
-   fused qkv; the MLP's first layer; the head after the final norm) absorbs it:
+   fused qkv; the MLP's first layer; the head after the final norm) absorbs it (a gain stored
+   as ``g - 1``, Gemma's ``x̂ · (1 + w)``, is folded as ``1 + w``):
    ``W (RMS(x) · g + b) + c = (W diag g) RMS(x) + (W b + c)``. A reader without a bias gets one
    (GPT heads are bias-free) when the norm has a bias.
 
@@ -47,13 +48,16 @@ with an ``LmcError`` naming the module and why.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
 from torch import nn
 
 from lmc.config import LmcError
+from lmc.models import eval_mode
 
+from .example_inputs import example_input as make_example
 from .example_inputs import unwrap
 from .residual_stream import NormSite, Reader, StreamLayout, traced_layout
 
@@ -173,7 +177,11 @@ def canonical_state(model: nn.Module, example_input: Any = None) -> dict[str, to
             out[name] = (t64 - t64.mean(dim=axis, keepdim=True)).to(t.dtype)
     d = layout.width
     for site in layout.norms:
-        g = torch.ones(d, dtype=torch.float64) if site.gain is None else state[site.gain].double()
+        g = (
+            torch.ones(d, dtype=torch.float64)
+            if site.gain is None
+            else state[site.gain].double() + site.gain_offset
+        )
         b = torch.zeros(d, dtype=torch.float64) if site.bias is None else state[site.bias].double()
         g, b = g.cpu(), b.cpu()
         for key in (site.gain, site.bias):
@@ -201,10 +209,77 @@ def canonicalize(model: nn.Module, example_input: Any = None) -> nn.Module:
     """The canonical form of ``model``: a new module computing the same function whose stream
     norms are parameter-free RMSNorms (see the module docstring). ``model`` is untouched; the
     copy is in ``model``'s training mode, on its device, in its dtypes. ``example_input``: a
-    batch to trace the model with (default: one made from the model)."""
+    batch to trace the model with (default: one made from the model).
+
+    The copy is checked on that batch (eval mode, float32 or float64 models): where it does not
+    compute the model's function (relative difference above :data:`CHECK_TOL`) or fails to run
+    -- a module that reads its norms' parameters itself instead of calling them, as
+    ``nn.TransformerEncoderLayer``'s fused inference path does -- ``LmcError`` says so."""
+    if example_input is None:
+        example_input = make_example(model)
     skeleton = canonical_skeleton(model, example_input)
     skeleton.load_state_dict(canonical_state(model, example_input), strict=True)
+    _check_function(model, skeleton, example_input)
     return skeleton
+
+
+#: Relative difference between a model's output and its canonical form's on the example input
+#: above which the canonical form is refused (float32 rounding gives about 1e-6).
+CHECK_TOL = 1e-3
+
+
+def _first_tensor(y: Any) -> torch.Tensor | None:
+    """The output's logits, else its first floating tensor."""
+    if isinstance(y, torch.Tensor):
+        return y
+    logits = getattr(y, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    values = y.values() if isinstance(y, dict) else y if isinstance(y, (tuple, list)) else ()
+    for v in values:
+        t = _first_tensor(v)
+        if t is not None and t.is_floating_point():
+            return t
+    return None
+
+
+def _check_function(model: nn.Module, canonical: nn.Module, example: Any) -> None:
+    """``LmcError`` where ``canonical`` does not compute ``model``'s function on ``example``."""
+    params = list(model.parameters())
+    dtypes = {p.dtype for p in params}
+    if not dtypes or not dtypes <= {torch.float32, torch.float64}:
+        return
+    if any(p.is_meta for p in params):  # nothing to run on: a lazily loaded skeleton
+        return
+    inputs = example if isinstance(example, tuple) else (example,)
+    with eval_mode(model), torch.no_grad():
+        want = _first_tensor(model(*inputs))
+    if want is None:
+        return
+
+    def norms() -> str:
+        return ", ".join(repr(site.norm) for site in stream_layout(model, example).norms[:2])
+
+    try:
+        with eval_mode(canonical), torch.no_grad():
+            got = _first_tensor(canonical(*inputs))
+    except Exception as exc:  # noqa: BLE001 - whatever the model's own code raises
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise LmcError(
+            f"canonical form: {type(model).__name__} does not run with its norms ({norms()}, ...) "
+            f"replaced by parameter-free RMSNorms ({type(exc).__name__}: {first}): a module reads "
+            "their parameters itself (as nn.TransformerEncoderLayer's fused inference path "
+            "does); permutations still work (--align weight)"
+        ) from exc
+    scale = float(want.double().norm()) or 1.0
+    diff = float((got.double() - want.double()).norm()) / scale if got is not None else math.inf
+    if not diff <= CHECK_TOL:
+        raise LmcError(
+            f"canonical form: {type(model).__name__} with its norms ({norms()}, ...) folded does "
+            f"not compute its function (relative difference {diff:.1e} on the example input): "
+            "some module uses the norms other than by calling them; permutations still work "
+            "(--align weight)"
+        )
 
 
 __all__ = [

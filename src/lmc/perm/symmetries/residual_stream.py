@@ -87,7 +87,8 @@ class Reader:
 class NormSite:
     """One norm of the stream (module name), the layers that read its output, what it computes
     (``kind``: ``layer`` or ``rms``, its ``eps``) and the state names of its gain and bias
-    (``None``: absent)."""
+    (``None``: absent); ``gain_offset``: the number added to the gain tensor to give the gain
+    the norm multiplies by (1 for Gemma's ``x̂ · (1 + w)``, else 0)."""
 
     norm: str
     readers: tuple[Reader, ...]
@@ -95,6 +96,7 @@ class NormSite:
     eps: float | None = 1e-5
     gain: str | None = None
     bias: str | None = None
+    gain_offset: float = 0.0
 
     @property
     def parameter_free_rms(self) -> bool:
@@ -147,7 +149,7 @@ class StreamLayout:
 
         norms = tuple(
             NormSite(prefix + s.norm, tuple(map(reader, s.readers)), s.kind, s.eps,
-                     name(s.gain), name(s.bias))
+                     name(s.gain), name(s.bias), s.gain_offset)
             for s in self.norms
         )  # fmt: skip
         return StreamLayout(
@@ -256,6 +258,43 @@ class _Graph:
         return shape is not None and dim is not None and dim == len(shape) - 1
 
 
+def _no_stream(model: nn.Module, trace: TraceResult) -> str:
+    """Why no residual stream was found: it is returned (a model without a head), or the
+    tracer left it unpermuted (its first warning that freezes groups names where), or there is
+    none."""
+    name = type(model).__name__
+    widths = set()
+    for node in trace.graph.graph.nodes:
+        if _op(trace.graph, node) in _ADDS:
+            shapes = [_shape(a) for a in node.all_input_nodes]
+            if len(shapes) == 2 and all(shapes) and shapes[0][-1] == shapes[1][-1] > 1:
+                widths.add(shapes[0][-1])
+    returned = [
+        _shape(a) for node in trace.graph.graph.nodes if node.op == "output"
+        for a in node.all_input_nodes
+    ]  # fmt: skip
+    if any(shape and shape[-1] in widths for shape in returned):
+        return (
+            f"{name} returns its residual stream's features (a model without a head: the caller "
+            "sees them in their order), so no map of the stream keeps its outputs; align the "
+            "model with its head (a ...ForCausalLM, ...ForSequenceClassification, ...)"
+        )
+    frozen = [w for w in trace.warnings if "left unpermuted" in w]
+    if frozen:
+        where = frozen[0].removeprefix("lmc.perm: ").split(";")[0]
+        node = next((n for n in trace.graph.graph.nodes if f"node {n.name!r} " in where), None)
+        stack = [p for p in _stack(node) if p] if node is not None else []
+        module = f" (in module {stack[-1]!r})" if stack else ""
+        return (
+            f"{name}'s residual stream cannot be followed: the permutation tracer leaves it "
+            f"unpermuted at {where}{module}"
+        )
+    return (
+        f"{name} is not a supported pre-LayerNorm transformer: no residual stream (no addition "
+        "joins two values of one permutation group in its traced graph)"
+    )
+
+
 def _stream_group(trace: TraceResult) -> str | None:
     """The group the most residual additions join (module docstring)."""
     counts: dict[str, int] = {}
@@ -265,8 +304,11 @@ def _stream_group(trace: TraceResult) -> str | None:
         name = function_name(node.target) if node.op == "call_function" else node.target
         if name not in _ADDS:
             continue
-        carried = [trace.node_groups.get(a.name) for a in node.all_input_nodes]
-        groups = [g[1] for g in carried if g is not None and g[0] is not None and len(g[1]) == 1]
+        groups = []  # a stream's features are its values' last dim (not heads, not RoPE halves)
+        for a in node.all_input_nodes:
+            got, shape = trace.node_groups.get(a.name), _shape(a)
+            if got is not None and len(got[1]) == 1 and shape and got[0] == len(shape) - 1:
+                groups.append(got[1])
         if len(groups) >= 2 and all(g == groups[0] for g in groups):
             counts[groups[0][0]] = counts.get(groups[0][0], 0) + 1
     if not counts:
@@ -348,33 +390,38 @@ def _estimate_eps(module: nn.Module, x: torch.Tensor, kind: str, g, b) -> float 
 
 def _fit_norm(
     path: str, module: nn.Module, x: torch.Tensor, y: torch.Tensor
-) -> tuple[str, float | None, str | None, str | None] | None:
-    """``(kind, eps, gain, bias)`` (parameter names within the module) of the norm ``module``
-    computes from ``x`` to ``y`` (float64), or ``None`` when it is no LayerNorm or RMSNorm over
-    the last dim with its own parameters as gain and bias."""
+) -> tuple[str, float | None, str | None, str | None, float] | None:
+    """``(kind, eps, gain, bias, gain_offset)`` (parameter names within the module) of the norm
+    ``module`` computes from ``x`` to ``y`` (float64), or ``None`` when it is no LayerNorm or
+    RMSNorm over the last dim with its own parameters as gain (itself, or 1 + itself) and
+    bias."""
     if not isinstance(y, torch.Tensor) or y.shape != x.shape or torch.equal(x, y):
         return None
     params = dict(module.named_parameters())
     known, eps_attr = _eps_attribute(module)
     scale = float(y.abs().max()) or 1.0
     options = [None, *params]
-    for kind in ("rms", "layer"):
-        for gain in options:
-            for bias in options:
-                if bias is not None and bias == gain:
-                    continue
-                g = None if gain is None else params[gain].detach()
-                b = None if bias is None else params[bias].detach()
-                if known:
-                    eps = eps_attr if eps_attr is not None else torch.finfo(x.dtype).eps
-                else:
-                    eps = _estimate_eps(module, x, kind, g, b)
-                    if eps is None:
-                        continue
-                pred = _normalise(x, kind, eps)
-                pred = pred * (1 if g is None else g) + (0 if b is None else b)
-                if float((pred - y).abs().max()) <= FIT_TOL * scale:
-                    return kind, (eps_attr if known else eps), gain, bias
+    shapes = [
+        (kind, gain, bias, offset)
+        for kind in ("rms", "layer")
+        for gain in options
+        for bias in options
+        for offset in ((0.0,) if gain is None else (0.0, 1.0))
+        if bias is None or bias != gain
+    ]
+    for kind, gain, bias, offset in shapes:
+        g = None if gain is None else params[gain].detach() + offset
+        b = None if bias is None else params[bias].detach()
+        if known:
+            eps = eps_attr if eps_attr is not None else torch.finfo(x.dtype).eps
+        else:
+            eps = _estimate_eps(module, x, kind, g, b)
+            if eps is None:
+                continue
+        pred = _normalise(x, kind, eps)
+        pred = pred * (1 if g is None else g) + (0 if b is None else b)
+        if float((pred - y).abs().max()) <= FIT_TOL * scale:
+            return kind, (eps_attr if known else eps), gain, bias, offset
     return None
 
 
@@ -482,26 +529,39 @@ def _follow(
             tag[node] = "stream"
         elif op in _ADDS and len(carried) >= 1:
             if normed:
+                path = normed[0]
+                if _after_addition(gm, norms[path][0]):
+                    raise _refuse(
+                        f"{path!r} normalises the residual stream in place (its output is "
+                        "added back into the stream: post-LN), which lmc cannot fold"
+                    )
                 raise _refuse(
-                    f"{normed[0]!r} normalises the residual stream in place (its output is "
-                    "added back into the stream: post-LN), which lmc cannot fold"
+                    f"{path!r} normalises a layer's output on its way into the residual stream "
+                    "(a norm after the embedding or after an attention / MLP output), which an "
+                    "orthogonal map of the stream does not commute with"
                 )
             others = [a for a in node.all_input_nodes if a not in graph.carries]
             if not all(_from_leaves(gm, a) for a in others):
-                raise _refuse(f"node {node.name!r} adds a computed tensor to the residual stream")
+                raise _refuse(f"{_where(gm, node)} adds a computed tensor to the residual stream")
             tag[node] = "stream"
         elif (
             op in _TRANSPARENT
             or op == "dropout"
-            or (op in _SCALES and len(node.all_input_nodes) == 1)
+            or (op in _SCALES and _scales_every_feature_alike(graph, node))
             or (op == "getattr" and len(node.args) > 1 and node.args[1] in METADATA_ATTRS)
         ):
             if len(set(tags)) > 1:
-                raise _refuse(f"node {node.name!r} ({op}) mixes a norm's output with the stream")
+                raise _refuse(f"{_where(gm, node)} mixes a norm's output with the stream")
             tag[node] = tags[0] if tags else "stream"
+        elif op in _SCALES:
+            raise _refuse(
+                f"{_where(gm, node)} scales the residual stream feature by feature (a layer "
+                "scale or gate that lmc does not fold), which an orthogonal map of the stream "
+                "does not commute with"
+            )
         else:
             raise _refuse(
-                f"the residual stream passes through node {node.name!r} ({op}), which an "
+                f"the residual stream passes through {_where(gm, node)}, which an "
                 "orthogonal map of the stream does not commute with"
             )
     # every use of a value carrying the stream, outside the norms, must be one of the above, a
@@ -533,10 +593,45 @@ def _follow(
             if op in METADATA or op == "getattr":
                 continue
             raise _refuse(
-                f"node {user.name!r} ({op}) uses the residual stream in a way an orthogonal map "
+                f"{_where(gm, user)} uses the residual stream in a way an orthogonal map "
                 "of the stream does not keep"
             )
     return readers
+
+
+def _where(gm: fx.GraphModule, node: fx.Node) -> str:
+    """``node 'mul_5' (mul) in module 'model.layers.0.mlp'`` (the innermost module calling it)."""
+    stack = [p for p in _stack(node) if p]
+    where = f" in module {stack[-1]!r}" if stack else ""
+    return f"node {node.name!r} ({_op(gm, node)}){where}"
+
+
+def _scales_every_feature_alike(graph: _Graph, node: fx.Node) -> bool:
+    """Whether ``node`` multiplies (or divides) one value of the stream by numbers that are the
+    same for every feature (a Python number, or tensors whose last dim is 1: Gemma's scaled
+    embeddings, a per-token weight), which commutes with any map of the features."""
+    carried = [a for a in node.all_input_nodes if a in graph.carries]
+    if len(carried) != 1:
+        return False
+    if _op(graph.gm, node) in {"div", "div_", "truediv", "itruediv"} and (
+        node.args[0] is not carried[0]
+    ):
+        return False  # a number divided by the stream
+    for other in node.all_input_nodes:
+        if other is carried[0]:
+            continue
+        shape = _shape(other)
+        if shape is None or (len(shape) > 0 and shape[-1] != 1):
+            return False
+    return True
+
+
+def _after_addition(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether ``node`` is (a view or cast of) a sum: a norm reading it normalises the stream
+    itself (post-LN), not a layer's output on its way into the stream."""
+    while _op(gm, node) in _TRANSPARENT and len(node.all_input_nodes) == 1:
+        node = node.all_input_nodes[0]
+    return _op(gm, node) in _ADDS
 
 
 def _from_leaves(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -581,11 +676,7 @@ def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> Str
     spec = trace.spec
     group = _stream_group(trace)
     if group is None:
-        raise LmcError(
-            f"canonical form: {type(model).__name__} is not a supported pre-LayerNorm "
-            "transformer: no residual stream (no addition joins two values of one permutation "
-            "group in its traced graph)"
-        )
+        raise LmcError(f"canonical form: {_no_stream(model, trace)}")
     width = spec.group_sizes[group]
     graph = _Graph(trace, group)
     candidates = _candidates(model, graph, width)
@@ -601,7 +692,7 @@ def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> Str
         )
     readers = _follow(model, trace, graph, norms)
     roles = derive_roles(model, spec, trace)
-    owned = {f"{path}.{p}" for path, fit in fits.items() for p in (fit[2], fit[3]) if p is not None}
+    owned = {f"{path}.{p}" for path, fit in fits.items() for p in fit[2:4] if p is not None}
     writers: list[tuple[str, int]] = []
     reader_names = {rec.weight for recs in readers.values() for rec, _ in recs}
     for name, axis in spec.groups.get(group, []):
@@ -620,7 +711,7 @@ def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> Str
         elif name not in reader_names and not _tied_to(model, name, reader_names):
             raise _refuse(f"{name!r} reads the stream other than through a norm")
     sites = []
-    for path, (kind, eps, gain, bias) in fits.items():
+    for path, (kind, eps, gain, bias, offset) in fits.items():
         seen: dict[str, Reader] = {}
         for rec, layer in readers[path]:
             reader = _reader(model, rec, layer)
@@ -629,7 +720,7 @@ def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> Str
             NormSite(
                 path, tuple(seen.values()), kind, eps,
                 None if gain is None else f"{path}.{gain}",
-                None if bias is None else f"{path}.{bias}",
+                None if bias is None else f"{path}.{bias}", offset,
             )
         )  # fmt: skip
     first = {path: _first_index(graph.gm, norms[path][2]) for path in fits}

@@ -15,8 +15,10 @@ The graph is specialised to the example input's shape: branches on shapes and co
 are resolved at export time (a branch on the data's values is refused by ``torch.export``), so a
 model whose code branches on the input's shape is described for that shape only; pass an
 example of the shape (not the batch size) the model is used with.
-While exporting, the model is in eval mode and, for a model with a Hugging Face ``config``,
-``use_cache`` is off (the key/value cache object is not a tensor output); both are restored.
+While exporting, the model is in eval mode with gradients on (torch's fused inference paths,
+which hide the layers, are taken only without them) and, for a model with a Hugging Face
+``config``, ``use_cache`` is off (the key/value cache object is not a tensor output); both are
+restored.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ def export_graph(model: nn.Module, inputs: tuple[Any, ...]) -> fx.GraphModule:
     """The ATen graph of ``model`` on ``inputs``, reading its state through ``get_attr`` nodes
     named as in ``model.state_dict()`` (see the module docstring)."""
     try:
-        with eval_mode(model), _no_cache(model), torch.no_grad():
+        # with gradients on: torch's fused inference paths (nn.TransformerEncoderLayer's
+        # ``_transformer_encoder_layer_fwd``) are taken only without them, and hide the layers
+        with eval_mode(model), _no_cache(model), torch.enable_grad():
             program = torch.export.export(model, tuple(inputs), strict=False)
     except Exception as exc:  # noqa: BLE001 - export raises many kinds of errors
         raise LmcError(

@@ -14,11 +14,14 @@
   unit dim whole or is not understood.
 
 A derived value of a state tensor (``self.p[0]``, ``self.p.view(...)``) fixes the tensor: the
-value would not follow a permutation of it.
+value would not follow a permutation of it -- except an elementwise function of the tensor alone
+(``1 + self.weight``, ``self.weight.float()``), which has the tensor's units and is bound as the
+tensor.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from torch import fx
@@ -48,6 +51,8 @@ def pointwise(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
         else:
             plain.append(op)
     if not permuted:
+        if _elementwise_of_leaf(st, node, plain):
+            return
         for op in plain:
             st.fix_leaf(op)
         st.env[node] = None
@@ -82,6 +87,24 @@ def pointwise(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
         st.env[node] = None
         return
     st.env[node] = Layout(e, segs)
+
+
+def _elementwise_of_leaf(st: TraceState, node: fx.Node, operands: list[Any]) -> bool:
+    """Record ``node`` as a view of a state tensor when it is an elementwise function of that
+    tensor alone (its other operands single numbers): ``1 + self.weight`` (Gemma's RMSNorm gain),
+    ``self.weight.float()``. Its units are the tensor's, so binding its axes binds the tensor's;
+    otherwise (``False``) nothing is recorded."""
+    out = st.shape(node)
+    leaves = [o for o in operands if o in st.leaf or o in st.leaf_view]
+    others = [o for o in operands if o not in leaves]
+    if len(leaves) != 1 or out is None or any(math.prod(st.shape(o)) != 1 for o in others):
+        return False
+    name = st.leaf.get(leaves[0]) or st.leaf_view[leaves[0]]
+    if tuple(out) != tuple(st.shape(leaves[0])) or len(out) != len(st.shapes[name]):
+        return False
+    st.leaf_view[node] = name
+    st.env[node] = None
+    return True
 
 
 def pointwise_module(st: TraceState, node: fx.Node) -> None:
@@ -226,6 +249,8 @@ def transpose(st: TraceState, node: fx.Node) -> None:
     shape = st.shape(node.args[0])
     if len(dims) != 2 or not all(isinstance(d, int) for d in dims) or shape is None:
         return _move_dim(st, node, None)
+    if len(shape) == 2 and dims[0] % 2 != dims[1] % 2:
+        return transpose_2d(st, node)  # of a 2-D state tensor: a transposed weight
     order = list(range(len(shape)))
     a, b = dims[0] % len(shape), dims[1] % len(shape)
     order[a], order[b] = order[b], order[a]
@@ -431,8 +456,25 @@ def metadata(st: TraceState, node: fx.Node) -> None:
 
 
 def getattr_(st: TraceState, node: fx.Node) -> None:
-    """``x.shape`` / ``x.dtype`` / ...: metadata; any other attribute is not understood."""
+    """``x.shape`` / ``x.dtype`` / ...: metadata; ``x.T``: the dims reversed; any other
+    attribute is not understood."""
     if len(node.args) > 1 and node.args[1] in METADATA_ATTRS:
         st.env[node] = None
+    elif len(node.args) > 1 and node.args[1] == "T":
+        transpose_2d(st, node)
     else:
         st.unknown(node)
+
+
+def transpose_2d(st: TraceState, node: fx.Node) -> None:
+    """``x.t()`` (at most 2-D) and ``x.T`` (also as the exported ``numpy_T``): the dims
+    reversed; of a 2-D state tensor, a transposed weight (:attr:`TraceState.leaf_t`)."""
+    x = node.args[0]
+    shape = st.shape(x)
+    if shape is None:
+        return st.unknown(node)
+    if isinstance(x, fx.Node) and x in st.leaf and len(shape) == 2:
+        st.leaf_t[node] = st.leaf[x]
+        st.env[node] = None
+        return
+    _move_dim(st, node, list(range(len(shape)))[::-1])

@@ -92,10 +92,14 @@ def linear_function(st: TraceState, node: fx.Node) -> None:
 
 def matmul(st: TraceState, node: fx.Node) -> None:
     """``x @ W`` / ``torch.matmul(x, W)`` / ``torch.mm``: a dense layer when ``W`` is a 2-D
-    state tensor; a product of two computed values (attention scores, ``attn @ v``) is solved
-    by :func:`.attention.matmul_values`."""
+    state tensor (or its transpose, ``x @ W.T``, as Falcon's layers compute); a product of two
+    computed values (attention scores, ``attn @ v``) is solved by
+    :func:`.attention.matmul_values`."""
     x, w = node.args[0], node.args[1]
     ws = st.shape(w)
+    if w in st.leaf_t and x not in st.leaf and ws is not None and st.plain(x):
+        wname = st.leaf_t[w]  # x @ W.T: W is (out, in), as nn.Linear's
+        return linear(st, node, x, wname, None, ws[1], wname.removesuffix(".weight"))
     if w not in st.leaf and x not in st.leaf:
         return matmul_values(st, node, x, w)
     if w not in st.leaf or ws is None or len(ws) != 2 or not st.plain(x):

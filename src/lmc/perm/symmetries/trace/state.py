@@ -309,6 +309,9 @@ class TraceState:
         # views of a state tensor of the same rank (``self.cls.expand(B, -1, -1)``,
         # ``self.pos[:, :T]``): an elementwise op may bind the axes they keep whole
         self.leaf_view: dict[fx.Node, str] = {}
+        # the transpose of a 2-D state tensor (``self.weight.T``, ``self.weight.t()``): a
+        # product ``x @ W.T`` is a dense layer reading W's axis 1
+        self.leaf_t: dict[fx.Node, str] = {}
         self.messages: list[str] = []
         self.consumers: list[LayerRecord] = []
         self.producers: list[LayerRecord] = []
@@ -449,6 +452,8 @@ class TraceState:
             self.fix(self.leaf[node])
         elif isinstance(node, fx.Node) and node in self.leaf_view:
             self.fix(self.leaf_view[node])
+        elif isinstance(node, fx.Node) and node in self.leaf_t:
+            self.fix(self.leaf_t[node])
 
     # ---- results of ops ------------------------------------------------------------------------
     def unpermuted(self, node: fx.Node, x: Any) -> None:

@@ -25,16 +25,33 @@ from lmc.models import eval_mode
 
 from ..permutation_spec import PermutationSpec
 from .export import export_graph
-from .handlers import dispatch
+from .handlers import HANDLERS, dispatch
 from .result import TraceResult, build_result
 from .state import TraceState
 
 TRACERS = ("auto", "fx", "export")
 
 
+class _Tracer(fx.Tracer):
+    """``torch.fx``'s tracer, which keeps every ``torch.nn`` module whole (a leaf), except
+    those the walk has no handler for that are made of modules (``nn.TransformerEncoderLayer``):
+    traced into, so the walk sees their layers. Where that fails (their Python branches on
+    the input), the model is exported instead (:func:`graph_for`)."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if not super().is_leaf_module(m, module_qualified_name):
+            return False
+        if any(cls in HANDLERS for cls in type(m).__mro__):
+            return True
+        return not any(True for _ in m.children())
+
+
 def _symbolic_trace(model: nn.Module) -> fx.GraphModule:
     try:
-        return fx.symbolic_trace(model)
+        tracer = _Tracer()
+        graph = tracer.trace(model)
+        name = type(model).__name__
+        return fx.GraphModule(tracer.root, graph, name)
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds of errors
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LmcError(
