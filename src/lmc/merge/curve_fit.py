@@ -9,16 +9,30 @@ and takes a gradient step on θ_C, the only trained tensors (gradient w_C(t) · 
 loss is the task's (:meth:`lmc.data.tasks.Task.loss`: classification or next-token).
 
 - θ_C starts at the midpoint (θ_A + θ_B)/2. Trained: the model's parameters that require a
-  gradient (a tied tensor, e.g. a GPT's shared embedding and head, is one tensor); floating
-  buffers lie on the curve with their control entry kept at the midpoint; integer buffers are
-  A's.
+  gradient (a tied tensor, e.g. a GPT's shared embedding and head, or a submodule registered
+  under two names, is one tensor, trained once under its first name and copied to the others).
+  **Frozen parameters** (``requires_grad=False`` on ``model_a``) are part of θ and lie on the
+  curve, but are not trained: their control entry stays at the midpoint, so on them every
+  curve is the line (and constant where A and B share them, e.g. a frozen pretrained
+  backbone). Floating buffers lie on the curve with their control entry kept at the
+  midpoint; integer buffers, and non-persistent buffers (not in the state dict), are the
+  model's own, A's, while the curve is fitted (:mod:`lmc.merge.curves`).
+- Half precision: the trained entries of θ_C whose endpoints are float16 or bfloat16 are kept
+  and trained in float32 (a master copy, started at the float32 midpoint), so that steps
+  below the half-precision spacing are not lost; the point θ(t) the model runs on is in the
+  endpoints' dtype, and the fitted control point is rounded to it at the end. Sparse
+  gradients (``nn.Embedding(sparse=True)``) are made dense for the optimizer.
 - The model runs in training mode, as when it was trained: a BatchNorm layer normalises with
   the batch's own statistics (its running statistics are neither used nor kept; they are
   recomputed at every evaluated point afterwards, :func:`lmc.metrics.curve_path.evaluate_curve`),
   and dropout is active.
 - Seeds: the data order, the t draws and any dropout of epoch e are functions of ``seed`` and
-  e only (:func:`lmc.train.loop.epoch_generator`), so a run resumed from a checkpoint ends
-  bit-identical (on CPU) to an uninterrupted one.
+  e only (:func:`lmc.train.loop.epoch_generator`; the global RNG is seeded for the epoch and
+  restored afterwards), so the same seed gives the same control point, and a run resumed from
+  a checkpoint ends bit-identical (on CPU) to an uninterrupted one.
+- The model's ``forward(x)`` must return the logits as one tensor: a tuple, dict or Hugging
+  Face ``ModelOutput`` is refused before training (:func:`lmc.merge.curves.check_model_output`),
+  as are state-dict entries that are not tensors.
 - Checkpoints (``checkpoint_dir``): after every epoch, θ_C's trained tensors and the
   optimizer's state in one safetensors file whose metadata (JSON) holds the epoch, the
   history and a fingerprint of the endpoints, the data and the settings; written atomically.
@@ -86,6 +100,8 @@ from .curves import (
     Curve,
     PathKind,
     StateDict,
+    check_model_output,
+    check_tensor_entries,
     combine,
     combine_into,
     get_path_kind,
@@ -314,10 +330,14 @@ def fit_curve(
     stop = min(stop, s.epochs)
     device = torch.device(device) if device is not None else module_device(model_a)
 
+    source_a = model_a.state_dict()
+    source_b = state_b if state_b is not None else model_b.state_dict()
+    check_tensor_entries(source_a, "A")
+    check_tensor_entries(source_b, "B")
     work = copy.deepcopy(model_a).to(device)
     owners = _owners(work)
-    state_a = {k: v.detach().to(device) for k, v in model_a.state_dict().items()}
-    source_b = state_b if state_b is not None else model_b.state_dict()
+    check_model_output(work, x, y, task, device=device, source="model A")
+    state_a = {k: v.detach().to(device) for k, v in source_a.items()}
     state_b = {k: v.detach() for k, v in source_b.items()}
     curve0 = Curve(kind, state_a, state_b)  # checks names and shapes; θ_C at the midpoint
     state_b, midpoint = curve0.state_b, curve0.control
@@ -330,9 +350,8 @@ def fit_curve(
     trained = [k for k in param_names if params[k].requires_grad]
     if not trained:
         raise LmcError("the model has no parameter that requires a gradient: nothing to train")
-    control = {
-        k: midpoint[k].clone().requires_grad_(k in trained) for k in param_names + buffer_names
-    }
+    control = {k: _control_start(k, state_a, state_b, midpoint, k in trained)
+               for k in param_names + buffer_names}  # fmt: skip
     optimizer = _optimizer(s, [control[k] for k in trained], device)
     point = _Point(state_a, state_b, control, param_names + buffer_names, trained)
 
@@ -416,8 +435,8 @@ def fit_curve(
     full_control = {}
     for k in state_a:
         owner = owners[k]
-        if owner in control:
-            full_control[k] = control[owner].detach().clone()
+        if owner in control:  # in A's dtype (a float32 master copy rounded back)
+            full_control[k] = control[owner].detach().to(state_a[k].dtype, copy=True)
         else:  # integer buffers (A's), floating entries outside the state's owners
             full_control[k] = midpoint[k].clone()
     return CurveFit(
@@ -429,6 +448,19 @@ def fit_curve(
         resumed_from_epoch=resumed,
         seconds=time.perf_counter() - started,
     )
+
+
+def _control_start(
+    key: str, state_a: StateDict, state_b: StateDict, midpoint: StateDict, trained: bool
+) -> torch.Tensor:
+    """θ_C's entry ``key`` at the start: the midpoint, in float32 for a trained half-precision
+    entry (its master copy, the exact midpoint of the two half-precision endpoints)."""
+    if trained and state_a[key].dtype in (torch.float16, torch.bfloat16):
+        a, b = state_a[key], state_b[key].to(state_a[key].device)
+        start = 0.5 * a.float() + 0.5 * b.float()
+    else:
+        start = midpoint[key].clone()
+    return start.requires_grad_(trained)
 
 
 class _Point:
@@ -464,10 +496,17 @@ class _Point:
     @torch.no_grad()
     def to_control(self, wc: float) -> None:
         """θ_C's gradients: w_C times the point's (the point's gradient tensors, scaled in
-        place, become θ_C's)."""
+        place, become θ_C's; a sparse one made dense, a half-precision one cast to its float32
+        master copy's dtype)."""
         for k in self.trained:
             g = self.tensors[k].grad
-            self.control[k].grad = None if g is None else g.mul_(wc)
+            if g is not None:
+                if g.is_sparse:
+                    g = g.to_dense()
+                if g.dtype != self.control[k].dtype:
+                    g = g.to(self.control[k].dtype)
+                g = g.mul_(wc)
+            self.control[k].grad = g
 
 
 def _optimizer(

@@ -14,25 +14,40 @@ to 1); a later kind is one :func:`register_path_kind` call. The control point st
 midpoint (θ_A + θ_B)/2 (:func:`midpoint_control`), where both curves are the line.
 
 State dicts: every floating entry (parameters *and* floating buffers such as BatchNorm running
-statistics) lies on the curve; integer entries (``num_batches_tracked``) are A's. The floating
-buffers of a curve's point are interpolated like the parameters but are not statistics of that
-point: a BatchNorm model's statistics are recomputed at every evaluated point (the existing
-reset, :func:`lmc.merge.reset_batchnorm`; :func:`lmc.metrics.curve_path.evaluate_curve` does
-it). A point has A's dtypes and devices; the endpoints are exact (t = 0 gives A, t = 1 gives
-B, bit for bit, and a chain at t = ½ gives θ_C), because terms of weight 0 are skipped.
+statistics) lies on the curve. Integer and boolean entries (``num_batches_tracked``, an index
+or mask buffer) are not interpolated: they are A's at every t < 1 and B's at t = 1, so both
+endpoints are exact; when such an entry differs between A and B (other than a BatchNorm step
+counter, ``num_batches_tracked``, read only to average statistics in training mode with
+``momentum=None``) an :class:`lmc.config.LmcWarning` names it, since the interior points then
+carry A's. Entries that
+are not tensors (a module's ``get_extra_state``) are refused with ``LmcError``: they have no
+point on a curve. A module's non-persistent buffers are not in its state dict and stay the
+model's own (A's, in a copy of A) at every t. The floating buffers of a curve's point are
+interpolated like the parameters but are not statistics of that point: a BatchNorm model's
+statistics are recomputed at every evaluated point (the existing reset,
+:func:`lmc.merge.reset_batchnorm`; :func:`lmc.metrics.curve_path.evaluate_curve` does it). A
+point has A's dtypes and devices; the endpoints are exact (t = 0 gives A, t = 1 gives B, bit
+for bit, and a chain at t = ½ gives θ_C), because terms of weight 0 are skipped.
+
+Models: the curve is evaluated and fitted through the model's ``forward(x)``, which must
+return the logits as one tensor (``(N, C)``, or ``(N, T, V)`` per token);
+:func:`check_model_output` refuses a tuple, a dict or a Hugging Face ``ModelOutput`` with a
+one-line ``LmcError`` (wrap such a model: :class:`lmc.models.factory.HFLogits`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from lmc.config import LmcError, check_lambda, lookup_name
+from lmc.config import LmcError, LmcWarning, check_lambda, lookup_name
+from lmc.models import eval_mode, module_device
 from lmc.models.compare import check_same_architecture
 from lmc.store import tensors_digest
 
@@ -184,6 +199,89 @@ def combine(
     return combine_into(out, weights, a, c, b).to(a.dtype)
 
 
+#: Integer entries that may differ between A and B without a warning: BatchNorm's step counter
+#: (read only by a BatchNorm with ``momentum=None`` in training mode, never at evaluation).
+UNCHECKED_INTEGER_SUFFIXES = ("num_batches_tracked",)
+
+
+def check_tensor_entries(state: Mapping[str, object], name: str = "A") -> None:
+    """``LmcError`` naming the first entry of ``state`` that is not a tensor (a module's extra
+    state, ``get_extra_state``): a curve has no point for it."""
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise LmcError(
+                f"entry {key!r} of {name} is a {type(value).__name__}, not a tensor (a module's "
+                "extra state): curves and planes interpolate tensor entries only; give state "
+                "dicts of tensors"
+            )
+
+
+def differing_integer_entries(
+    state_a: Mapping[str, torch.Tensor], state_b: Mapping[str, torch.Tensor]
+) -> list[str]:
+    """The integer and boolean entries whose values differ between A and B, BatchNorm step
+    counters (:data:`UNCHECKED_INTEGER_SUFFIXES`) left out."""
+    out = []
+    for key, a in state_a.items():
+        if a.is_floating_point() or key.endswith(UNCHECKED_INTEGER_SUFFIXES):
+            continue
+        b = state_b[key]
+        if not torch.equal(a, b.to(device=a.device, dtype=a.dtype)):
+            out.append(key)
+    return out
+
+
+def warn_integer_entries(
+    state_a: Mapping[str, torch.Tensor], state_b: Mapping[str, torch.Tensor], what: str
+) -> None:
+    """An :class:`lmc.config.LmcWarning` when integer entries differ between A and B (module
+    doc): the interior points of ``what`` carry A's values of them."""
+    keys = differing_integer_entries(state_a, state_b)
+    if keys:
+        shown = ", ".join(repr(k) for k in keys[:3]) + (" ..." if len(keys) > 3 else "")
+        warnings.warn(
+            f"integer entries differ between A and B ({shown}): they are not interpolated, so "
+            f"every point of {what} but B itself carries A's values of them",
+            LmcWarning,
+            stacklevel=3,
+        )
+
+
+def check_logits(out: object, source: str = "the model") -> torch.Tensor:
+    """``out`` when it is a tensor; else ``LmcError``: lmc's curves (and paths) read the
+    logits as the one tensor ``forward(x)`` returns."""
+    if isinstance(out, torch.Tensor):
+        return out
+    raise LmcError(
+        f"{source} returns a {type(out).__name__}, not a tensor of logits: curves need "
+        "forward(x) to return the logits as one tensor, (N, C) or (N, T, V) per token; wrap "
+        "the model so that it does (for a Hugging Face model: lmc.models.factory.HFLogits)"
+    )
+
+
+@torch.no_grad()
+def check_model_output(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor | None = None,
+    task: object = None,
+    *,
+    device: torch.device | str | None = None,
+    source: str = "the model",
+) -> torch.Tensor:
+    """The output of ``model`` (eval mode, restored after; no graph) on the first example of
+    ``x`` (moved to ``device``, default the model's), checked to be a tensor
+    (:func:`check_logits`) and, with ``task`` (a :class:`lmc.data.tasks.Task`) and ``y``
+    (all the targets), to have the layout ``y`` asks for, every target within its classes
+    (:meth:`Task.check`). ``model`` is not changed."""
+    device = torch.device(device) if device is not None else module_device(model)
+    with eval_mode(model):
+        out = check_logits(model(x[:1].to(device)), source)
+    if task is not None and y is not None:
+        task.check(out, y, name="y")
+    return out
+
+
 @torch.no_grad()
 def midpoint_control(
     state_a: Mapping[str, torch.Tensor], state_b: Mapping[str, torch.Tensor]
@@ -215,9 +313,12 @@ class Curve:
         control: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.kind = get_path_kind(kind)
+        check_tensor_entries(state_a, "A")
+        check_tensor_entries(state_b, "B")
         check_same_architecture(state_a, state_b, purpose="a curve")
         self.state_a = {k: v.detach() for k, v in state_a.items()}
         self.state_b = {k: state_b[k].detach().to(v.device) for k, v in self.state_a.items()}
+        warn_integer_entries(self.state_a, self.state_b, "the curve")
         if self.kind.control_points == 0:
             if control is not None:
                 raise LmcError(f"a {self.kind.name} has no control point; pass control=None")
@@ -225,6 +326,7 @@ class Curve:
         else:
             if control is None:
                 control = midpoint_control(self.state_a, self.state_b)
+            check_tensor_entries(control, "the control point")
             check_same_architecture(
                 self.state_a, control, names=("A", "the control point"), purpose="a curve"
             )
@@ -236,14 +338,15 @@ class Curve:
 
     @torch.no_grad()
     def point(self, t: float) -> StateDict:
-        """The state dict θ(t): floating entries on the curve, integer entries A's (module
-        doc). ``t = 0`` is A and ``t = 1`` is B bit for bit (B's values in A's dtypes). The
-        output never shares storage with the curve's states."""
+        """The state dict θ(t): floating entries on the curve, integer entries A's (B's at
+        t = 1; module doc). ``t = 0`` is A and ``t = 1`` is B bit for bit (B's values in A's
+        dtypes). The output never shares storage with the curve's states."""
         w = self.weights(t)
         out: StateDict = {}
+        at_b = w == (0.0, 0.0, 1.0)
         for key, a in self.state_a.items():
             if not a.is_floating_point():
-                out[key] = a.clone()
+                out[key] = self.state_b[key].to(a.dtype, copy=True) if at_b else a.clone()
             else:
                 c = None if self.control is None else self.control[key]
                 out[key] = combine(w, a, c, self.state_b[key])
@@ -312,12 +415,18 @@ __all__ = [
     "PATH_KINDS",
     "Curve",
     "PathKind",
+    "UNCHECKED_INTEGER_SUFFIXES",
+    "check_logits",
+    "check_model_output",
+    "check_tensor_entries",
     "combine",
     "combine_into",
+    "differing_integer_entries",
     "curve_merge_fn",
     "get_path_kind",
     "midpoint_control",
     "path_kind_names",
     "register_path_kind",
     "state_digest",
+    "warn_integer_entries",
 ]

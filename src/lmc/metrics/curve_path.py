@@ -7,6 +7,8 @@ t; t = 0 is A, t = 1 is B), the same per-point numbers (:class:`lmc.metrics.Path
 logits (docs/science.md: barriers, calibration and ensembles are defined along t as along
 λ), so :meth:`PathResult.barriers` gives the curve's barriers.
 
+The model's ``forward(x)`` must return the logits as one tensor (a tuple, dict or Hugging Face
+``ModelOutput`` is refused with ``LmcError``: :func:`lmc.merge.curves.check_model_output`).
 Every interior point is loaded into a working copy of the model and, for a BatchNorm model
 (``bn`` ``auto``/``reset``), its statistics are recomputed on ``bn_inputs``
 (:func:`lmc.merge.reset_batchnorm`) before one forward over the split (the ``loop`` engine,
@@ -29,7 +31,7 @@ from torch import nn
 from lmc.config import LmcError, LmcWarning
 from lmc.data.tasks import Task, get_task
 from lmc.merge import reset_batchnorm
-from lmc.merge.curves import Curve
+from lmc.merge.curves import Curve, check_model_output
 from lmc.models import eval_mode, module_device
 
 from .engine import LoopEngine, auto_batch_size, model_logits
@@ -76,6 +78,8 @@ def evaluate_curve(
     if s.method == "batched":
         raise LmcError("a curve is evaluated point by point: use method='loop' (or 'auto')")
     task = get_task(task)
+    if len(x):  # a tuple, dict or ModelOutput is refused in one line (no logits to read)
+        check_model_output(model, x, source="the model")
     bn_mode = _check_inputs(model, x, y, s.bn, bn_inputs, task)
     grid, added = s.grid()
     device = module_device(model)

@@ -71,6 +71,24 @@ def model_logits(
     return torch.cat(out).float()
 
 
+def one_name_per_slot(model: nn.Module, names: list[str]) -> list[str]:
+    """``names`` (state-dict keys of ``model``) with one name kept per (module, attribute) slot:
+    a submodule registered under two names (``self.a = self.b = layer``) appears twice in the
+    state dict, and ``functional_call(..., tie_weights=False)`` given both would swap the one
+    attribute twice and restore it to the swapped-in tensor. Parameters tied across two modules
+    (a head sharing the embedding's weight) are two slots and both stay."""
+    seen: set[tuple[int, str]] = set()
+    out = []
+    for name in names:
+        prefix, _, attr = name.rpartition(".")
+        owner = model.get_submodule(prefix) if prefix else model
+        slot = (id(owner), attr)
+        if slot not in seen:
+            seen.add(slot)
+            out.append(name)
+    return out
+
+
 def stacked_logits(
     model: nn.Module,
     stacked: StateDict,
@@ -92,7 +110,8 @@ def stacked_logits(
         batched = functools.partial(chain_forward, plan, workspace=ChainWorkspace())
     else:
         batched = vmap(forward, in_dims=(0, None))
-    params = dict(stacked)
+    slots = set(one_name_per_slot(model, list(stacked)))
+    params = {k: v for k, v in stacked.items() if k in slots}
     out: torch.Tensor | None = None
     with torch.inference_mode():
         for s, e in _spans(len(x), batch_size):

@@ -8,9 +8,13 @@ v = (θ_C − θ_A) minus its projection on u, and a point of the plane is named
     θ(x, y) = θ_A + x·u + y·‖u‖·v/‖v‖,
 
 so A is (0, 0), B is (1, 0) and C is (⟨θ_C − θ_A, u⟩/‖u‖², ‖v‖/‖u‖). Every floating entry of
-the state dict (parameters and floating buffers) lies in the plane; integer entries are A's;
-norms and inner products are over the floating entries, in float64. A quadratic Bézier curve
-or a chain through θ_C lies in this plane (θ(t) = w_A θ_A + w_C θ_C + w_B θ_B), at
+the state dict (parameters and floating buffers) lies in the plane; integer entries are A's,
+except at B's point (1, 0), which has B's (warned about when they differ, as on a curve:
+:func:`lmc.merge.curves.warn_integer_entries`); entries that are not tensors are refused;
+norms and inner products are over the floating entries, in float64. The model's
+``forward(x)`` must return its logits as one tensor
+(:func:`lmc.merge.curves.check_model_output`). A quadratic Bézier curve or a chain through θ_C
+lies in this plane (θ(t) = w_A θ_A + w_C θ_C + w_B θ_B), at
 (w_B + w_C·x_C, w_C·y_C) (:meth:`PlaneResult.curve_xy`).
 
 :func:`evaluate_plane` gives the loss (mean task loss, nats) and accuracy (fraction) of the
@@ -35,7 +39,12 @@ from torch import nn
 from lmc.config import LmcError
 from lmc.data.tasks import Task, get_task
 from lmc.merge import reset_batchnorm, resolve_bn_mode
-from lmc.merge.curves import get_path_kind
+from lmc.merge.curves import (
+    check_model_output,
+    check_tensor_entries,
+    get_path_kind,
+    warn_integer_entries,
+)
 from lmc.models import check_same_architecture, eval_mode, module_device
 
 from .engine import auto_batch_size, model_logits
@@ -58,10 +67,19 @@ class PlaneBasis:
         state_b: Mapping[str, torch.Tensor],
         state_c: Mapping[str, torch.Tensor],
     ) -> None:
+        for state, name in ((state_a, "A"), (state_b, "B"), (state_c, "C")):
+            check_tensor_entries(state, name)
         check_same_architecture(state_a, state_b, purpose="a plane")
         check_same_architecture(state_a, state_c, names=("A", "C"), purpose="a plane")
         self.state_a = {k: v.detach() for k, v in state_a.items()}
         self.keys = [k for k, v in self.state_a.items() if v.is_floating_point()]
+        # B's integer entries, for B's own point (1, 0)
+        self.integers_b = {
+            k: state_b[k].detach().to(device=a.device, dtype=a.dtype)
+            for k, a in self.state_a.items()
+            if not a.is_floating_point()
+        }
+        warn_integer_entries(self.state_a, self.integers_b, "the plane")
         u = {k: state_b[k].detach().double().to(self.state_a[k].device) - self.state_a[k].double()
              for k in self.keys}  # fmt: skip
         w = {k: state_c[k].detach().double().to(self.state_a[k].device) - self.state_a[k].double()
@@ -88,12 +106,14 @@ class PlaneBasis:
     @torch.no_grad()
     def point(self, x: float, y: float) -> dict[str, torch.Tensor]:
         """θ(x, y) = θ_A + x·u + (y / y_C)·v (= θ_A + x·u + y·‖u‖·v̂), computed in float64 per
-        entry and cast to A's dtype; integer entries A's. (0, 0) is A exactly."""
+        entry and cast to A's dtype; integer entries A's (B's at (1, 0)). (0, 0) is A
+        exactly."""
         out = {}
         a_y = y / self.c_y
+        at_b = x == 1.0 and y == 0.0
         for key, a in self.state_a.items():
             if key not in self.u:
-                out[key] = a.clone()
+                out[key] = self.integers_b[key].clone() if at_b else a.clone()
             elif x == 0.0 and y == 0.0:
                 out[key] = a.clone()
             else:
@@ -209,6 +229,8 @@ def evaluate_plane(
     """
     task = get_task(task)
     basis = PlaneBasis(state_a, state_b, state_c)
+    if len(x):  # a tuple, dict or ModelOutput is refused in one line
+        check_model_output(model, x, source="the model")
     if (xs is None) != (ys is None):
         raise LmcError("give both xs and ys, or neither")
     if xs is None:

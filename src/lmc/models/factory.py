@@ -351,6 +351,12 @@ def load_weights(
     state = read_weights(path)
     target = _weights_target(model)
     expected = target.state_dict()
+    for key, value in expected.items():
+        if not isinstance(value, torch.Tensor):
+            raise LmcError(
+                f"{source} has state {key!r} that is a {type(value).__name__}, not a tensor (a "
+                "module's extra state): a weight file holds tensors only, so lmc cannot load it"
+            )
     _fill_tied(expected, state)
     for key, tensor in expected.items():
         if key not in state:
