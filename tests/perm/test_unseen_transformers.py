@@ -9,9 +9,14 @@ function and weight matching undoes them.
 
 The ones that work exercise: Gemma's RMSNorm gain stored as ``w`` and applied as ``1 + w`` and
 its embeddings scaled by a number (the tracer binds ``1 + w`` as ``w``; the stream may be scaled
-by numbers); Falcon's layers computing ``x @ W.T`` (a transposed weight is a dense layer). The
-refused ones: norms after a branch's output (OLMo 2), a model that returns its stream (no head),
-a mixture-of-experts router the tracer does not follow, a layer scale, and
+by numbers); Falcon's layers computing ``x @ W.T`` (a transposed weight is a dense layer);
+DINOv2's layer scales (a module per branch) and a CaiT-style one (a parameter of the block),
+folded into the layer that writes the branch, and DINOv2's classifier reading the class token
+and the mean-pooled tokens side by side; Bloom's norm of the embedding lookup, folded into the
+table's rows; the heads of fused q/k/v projections -- GPT-NeoX's, interleaved per head, and
+Phi-3's, cut apart by slicing -- with their maps within heads. The refused ones: norms after a
+branch's output (OLMo 2), a model that returns its stream (no head), a mixture-of-experts router
+the tracer does not follow, a per-feature scale of the stream itself (not of a branch), and
 ``nn.TransformerEncoderLayer``, whose fused inference path reads its norms' parameters itself
 (traced through its layers now, so its permutations are found).
 """
@@ -80,10 +85,82 @@ class EncoderLayerLM(nn.Module):
         return self.head(self.norm(x).mean(1))
 
 
+class ScaledBlockLM(nn.Module):
+    """Pre-LN blocks with CaiT-style layer scales held by the block itself
+    (``x + self.gamma_1 * attn(norm1(x))``); with ``stream_scale``, a per-feature scale of the
+    stream itself after each block (no branch to fold it into)."""
+
+    def __init__(self, stream_scale: bool = False) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, WIDTH)
+        self.blocks = nn.ModuleList(_ScaledBlock(stream_scale) for _ in range(2))
+        self.norm = nn.LayerNorm(WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+class _ScaledBlock(nn.Module):
+    def __init__(self, stream_scale: bool) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.qkv, self.out = nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
+        self.fc1, self.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
+        self.gamma_1 = nn.Parameter(torch.full((WIDTH,), 0.1))
+        self.gamma_2 = nn.Parameter(torch.full((WIDTH,), 0.1))
+        self.stream_scale = nn.Parameter(torch.ones(WIDTH)) if stream_scale else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, -1).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.gamma_1 * self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
+        x = x + self.gamma_2 * self.fc2(torch.relu(self.fc1(self.norm2(x))))
+        return x if self.stream_scale is None else x * self.stream_scale
+
+
+def _dinov2() -> nn.Module:
+    return transformers.Dinov2ForImageClassification(transformers.Dinov2Config(
+        hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=HEADS, mlp_ratio=2,
+        image_size=8, patch_size=4, num_channels=3, num_labels=5))  # fmt: skip
+
+
+def _gpt_neox(rotary_pct: float) -> nn.Module:
+    return transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+        vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=HEADS, max_position_embeddings=T, rotary_pct=rotary_pct))  # fmt: skip
+
+
+def _phi3(kv_heads: int) -> nn.Module:
+    return _decoder("Phi3Config", "Phi3ForCausalLM", intermediate_size=48, pad_token_id=0,
+                    num_key_value_heads=kv_heads)  # fmt: skip
+
+
 WORKS = {
     "gemma": lambda: _decoder("GemmaConfig", "GemmaForCausalLM", intermediate_size=48,
                               num_key_value_heads=2, head_dim=WIDTH // HEADS),
     "falcon": lambda: _decoder("FalconConfig", "FalconForCausalLM"),
+    "dinov2_layer_scale": _dinov2,
+    "cait_layer_scale": ScaledBlockLM,
+    "bloom_embedding_norm": lambda: transformers.BloomForCausalLM(transformers.BloomConfig(
+        vocab_size=VOCAB, hidden_size=WIDTH, n_layer=2, n_head=HEADS)),
+    "gpt_neox": lambda: _gpt_neox(1.0),
+    "phi3_gqa": lambda: _phi3(2),
+}  # fmt: skip
+
+#: the maps within heads each model admits (``<group suffix>:<kind>`` -> how many groups):
+#: q/k under rotary embeddings take one rotation and scaling per frequency plane, v/o any
+#: invertible map; partial rotary embeddings (GPT-NeoX's ``rotary_pct`` < 1) mix rotated and
+#: unrotated dims in one head, which no q/k group lmc knows keeps, so only v/o is offered there
+WITHIN = {
+    "gpt_neox_full_rotary": (lambda: _gpt_neox(1.0), {"qk:rope": 2, "vo:invertible": 2}),
+    "gpt_neox_partial_rotary": (lambda: _gpt_neox(0.5), {"vo:invertible": 2}),
+    "phi3_gqa": (lambda: _phi3(2), {"qk:rope": 2, "vo:invertible": 2}),
+    "phi3_mha": (lambda: _phi3(HEADS), {"qk:rope": 2}),  # v/o: nested permutation groups
 }  # fmt: skip
 
 REFUSED = {
@@ -103,12 +180,10 @@ REFUSED = {
                          num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
         r"cannot be followed: .*'topk'.* \(in module 'model\.layers\.0\.mlp\.gate'\)",
     ),
-    "dinov2_layer_scale": (
-        lambda: transformers.Dinov2ForImageClassification(transformers.Dinov2Config(
-            hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=HEADS, mlp_ratio=2,
-            image_size=8, patch_size=4, num_channels=3, num_labels=5)),
-        r"in module 'dinov2\.encoder\.layer\.0\.layer_scale1' scales the residual stream "
-        "feature by feature",
+    "stream_scale": (
+        lambda: ScaledBlockLM(stream_scale=True),
+        r"node 'mul_2' \(mul\) in module 'blocks\.0' scales the residual stream feature by "
+        "feature",
     ),
     "encoder_layer": (
         EncoderLayerLM,
@@ -118,7 +193,7 @@ REFUSED = {
 
 
 def _input(name: str) -> torch.Tensor:
-    if name.startswith("dinov2"):
+    if "dinov2" in name:
         return torch.randn(3, 3, 8, 8, generator=torch.Generator().manual_seed(1))
     return _tokens()
 
@@ -156,7 +231,7 @@ def _loaded(model: nn.Module, state) -> nn.Module:
 
 @pytest.mark.parametrize("name", sorted(WORKS))
 def test_canonical_form_symmetries_and_orthogonal_recovery(name):
-    model, x = _perturbed(WORKS[name]()), _tokens()
+    model, x = _perturbed(WORKS[name]()), _input(name)
     y = _out(model, x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heads the tracer leaves whole
@@ -166,6 +241,7 @@ def test_canonical_form_symmetries_and_orthogonal_recovery(name):
     (stream,) = [g for g, k in sym.kinds.items() if k == "orthogonal"]
     assert sym.group_sizes[stream] == WIDTH
     assert not any("norm" in k for k in canon.state_dict())  # every gain folded
+    assert not any("scale" in k or "gamma" in k for k in canon.state_dict())  # layer scales too
     for kind in ("orthogonal", "invertible"):
         moved = _loaded(canon, random_alignment(sym, 7, kind).apply(sym, canon.state_dict()))
         assert _rel(_out(moved, x), y) < TOL, kind
@@ -202,3 +278,39 @@ def test_refused_with_one_error_naming_the_module_and_permutations_still_work(na
     back = apply_permutation(spec, weight_matching(spec, state, moved, seed=0).perm, moved)
     for k, v in state.items():
         assert torch.equal(back[k], v), k
+
+
+@pytest.mark.parametrize("name", sorted(WITHIN))
+def test_maps_within_heads_of_fused_projections_keep_the_function_and_are_learned(name):
+    from lmc.models.factory import HFLogits
+    from lmc.perm.symmetries.transforms import Invertible, Permutation, RopePlanes
+
+    build, expected = WITHIN[name]
+    model, x = _perturbed(build()), _tokens()
+    y = _out(model, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        canon = canonicalize(model, x[:2])
+        sym = symmetry_spec(canon, x[:2])
+    found: dict[str, int] = {}
+    for g, w in sym.within.items():
+        key = f"{g.rpartition(':')[2]}:{w.kind}"
+        found[key] = found.get(key, 0) + 1
+    assert found == expected
+    # a random map within every head alone (heads in place, nothing else moved)
+    maps = {g: Permutation.identity(n) for g, n in sym.group_sizes.items()}
+    for g, w in sym.within.items():
+        cls = RopePlanes if w.kind == "rope" else Invertible
+        maps[g] = cls.random(w.size, 5, heads=w.heads, head=torch.arange(w.heads))
+    moved = _loaded(canon, Alignment(maps).apply(sym, canon.state_dict()))
+    assert _rel(_out(moved, x), y) < TOL
+    # with every group moved too, and learned alignment returns a map for every within group
+    other = _loaded(canon, random_alignment(sym, 13, "invertible").apply(sym, canon.state_dict()))
+    assert _rel(_out(other, x), y) < TOL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = align("learned", HFLogits(canon), HFLogits(other), inputs=x, labels=x.roll(-1, 1),
+                       task="next-token", steps=2, batch_size=len(x))  # fmt: skip
+    assert all(f"hf.{g}" in result.alignment for g in sym.within)
+    state = {k.removeprefix("hf."): v for k, v in result.state_dict.items()}
+    assert _rel(_out(_loaded(canon, state), x), y) < TOL

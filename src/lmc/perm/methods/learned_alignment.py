@@ -84,7 +84,7 @@ from ..symmetries.transforms import (
     act_blocks,
     plane_blocks,
 )
-from ..symmetries.within_heads import member_index
+from ..symmetries.within_heads import member_index, put_window, take_window
 from .orthogonal_weight_matching import (
     default_orthogonal_groups,
     distances_from_permutation,
@@ -187,7 +187,11 @@ def _apply_rotations(
     orthogonal map the two are the same)."""
     pspec = spec.spec
     out = dict(state)
-    inside = {key: gm for key, gm in member_index(spec.within).items() if gm[0] in rotations}
+    inside = {}
+    for key, members in member_index(spec.within).items():
+        mine = tuple((g, m) for g, m in members if g in rotations)
+        if mine:
+            inside[key] = mine
     for name in pspec.permuted_names:
         if name not in state:
             continue
@@ -201,10 +205,14 @@ def _apply_rotations(
             for k, seg in enumerate(entry):
                 piece = x.narrow(axis, offset, seg.extent)
                 if (name, axis, k) in inside:  # a within group: R on each query head's copy
-                    g, member = inside[(name, axis, k)]
-                    forward, inverse_t = rotations[g]
-                    blocks = (inverse_t if member.role == "in" else forward).to(piece.dtype)
-                    piece = _act_tiles(piece, blocks, axis, member.tiles)
+                    original = piece
+                    for g, member in inside[(name, axis, k)]:
+                        forward, inverse_t = rotations[g]
+                        blocks = (inverse_t if member.role == "in" else forward).to(piece.dtype)
+                        heads, length = spec.within[g].heads, member.tiles * spec.within[g].dim
+                        window = take_window(original, axis, heads, member, length)
+                        moved = _act_tiles(window, blocks, axis, member.tiles)
+                        piece = put_window(piece, axis, heads, member, moved)
                 elif seg.perm in rotations:
                     forward, inverse_t = rotations[seg.perm]
                     role = spec.role(name, axis, k)

@@ -48,7 +48,7 @@ from .transforms import (
     kind_rank,
     read_tensor_file,
 )
-from .within_heads import member_index
+from .within_heads import covers, member_index, put_window, take_window
 
 METADATA_KEY = "lmc.alignment"
 FORMAT_VERSION = 1
@@ -229,11 +229,10 @@ class Alignment(Mapping[str, Transform]):
         perms = {g: t.perm for g, t in self._t.items() if isinstance(t, Permutation)}
         within = {}
         if sym is not None:
-            within = {
-                key: (g, m, sym.within[g].heads)
-                for key, (g, m) in member_index(sym.within).items()
-                if g in self._t
-            }
+            for key, members in member_index(sym.within).items():
+                mine = tuple((g, m) for g, m in members if g in self._t)
+                if mine:
+                    within[key] = (mine, sym.within)
         out: dict[str, torch.Tensor] = {}
         for name, tensor in state_dict.items():
             if name not in pspec:
@@ -270,9 +269,16 @@ class Alignment(Mapping[str, Transform]):
         pieces, offset = [], 0
         for k, seg in enumerate(entry):
             piece = x.narrow(axis, offset, seg.extent)
-            if k in inside:  # a within group's map (its head order: the head group's)
-                g, member, heads = inside[k]
-                piece = act_tiled(self._t[g], piece, axis, member.role, member.tiles, heads)
+            if k in inside:  # within groups' maps (their head order: the head group's)
+                members, groups = inside[k]
+                original = piece
+                if not covers(members, groups, seg.repeat):  # the rest: whole heads move
+                    piece = self._t[seg.perm].act(piece, axis, roles[k], seg.repeat)
+                for g, member in members:
+                    heads, length = groups[g].heads, member.tiles * groups[g].dim
+                    window = take_window(original, axis, heads, member, length)
+                    moved = act_tiled(self._t[g], window, axis, member.role, member.tiles, heads)
+                    piece = put_window(piece, axis, heads, member, moved)
             elif seg.perm is not None:
                 piece = self._t[seg.perm].act(piece, axis, roles[k], seg.repeat)
             pieces.append(piece)

@@ -19,6 +19,14 @@ becomes a parameter-free RMSNorm, ``RMS(x) = x / √(mean(x²) + ε)``, with the
    ``W (RMS(x) · g + b) + c = (W diag g) RMS(x) + (W b + c)``. A reader without a bias gets one
    (GPT heads are bias-free) when the norm has a bias.
 
+Before both, two per-feature maps of the stream's writes are folded into the tensors they act
+on (:mod:`lmc.perm.symmetries.residual_stream`): a layer scale ``s`` on a branch's output
+(``x + s ⊙ (W h + c)``) into the layer that writes the branch, ``W -> diag(s) W``, ``c -> s ⊙ c``
+(its module becomes ``nn.Identity``, or a gain held by a larger module the number 1); and a norm
+applied to an embedding lookup into the table, each row ``E_i -> norm(E_i)`` (the module becomes
+``nn.Identity``). A reader whose input is ``k`` copies of a norm's output side by side (a class
+token and pooled tokens concatenated) absorbs the gain and bias repeated ``k`` times.
+
 In floating point the stream is centred up to rounding, so canonical outputs agree with the
 original to rounding error (about 1e-12 relative in float64, 1e-6 in float32).
 
@@ -131,6 +139,16 @@ def canonical_skeleton(model: nn.Module, example_input: Any = None) -> nn.Module
                 setattr(owner, leaf, nn.Parameter(weight.detach().new_zeros(rows)))
         rms = nn.RMSNorm(layout.width, eps=site.eps, elementwise_affine=False)
         _set_submodule(out, site.norm, rms)
+    for lookup in layout.embedding_norms:  # folded into the table's rows
+        _set_submodule(out, lookup.norm, nn.Identity())
+    for scale in layout.scales:  # folded into the writers it scales
+        if scale.module:
+            _set_submodule(out, scale.module, nn.Identity())
+        else:
+            owner_name, _, leaf = scale.param.rpartition(".")
+            owner = out.get_submodule(owner_name) if owner_name else out
+            delattr(owner, leaf)
+            setattr(owner, leaf, 1.0)
     inner, _ = unwrap(out)
     if hasattr(inner, "tied"):  # the zoo's language models record their tying
         inner.tied = False
@@ -143,7 +161,12 @@ def canonical_skeleton(model: nn.Module, example_input: Any = None) -> nn.Module
 def _fold_reader(
     weight: torch.Tensor, bias: torch.Tensor | None, axis: int, g: torch.Tensor, b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``W diag(g)`` along the input ``axis`` and ``c + W b`` (float64 in, float64 out)."""
+    """``W diag(g)`` along the input ``axis`` and ``c + W b`` (float64 in, float64 out); an
+    ``axis`` of k × d entries reads k copies of the norm's output side by side (a class token
+    and mean-pooled tokens concatenated): ``g`` and ``b`` are repeated k times."""
+    copies = weight.shape[axis] // g.shape[0]
+    if copies > 1 and weight.shape[axis] == copies * g.shape[0]:
+        g, b = g.repeat(copies), b.repeat(copies)
     shape = [1] * weight.dim()
     shape[axis] = -1
     new_weight = weight * g.reshape(shape)
@@ -166,16 +189,37 @@ def canonical_state(model: nn.Module, example_input: Any = None) -> dict[str, to
     out = {k: v.detach().clone() for k, v in state.items()}
     if layout.canonical:
         return out
+    d = layout.width
+    for name, axis in layout.writers:
+        if state[name].shape[axis] != d:
+            raise LmcError(f"canonical form: {name!r} axis {axis} is not the {d} features")
+    for lookup in layout.embedding_norms:  # norm(E[ids]) = norm(E)[ids], row by row
+        t = state[lookup.table]
+        rows = t.detach().double().movedim(lookup.axis, -1)
+        c = rows - rows.mean(-1, keepdim=True) if lookup.kind == "layer" else rows
+        eps = lookup.eps if lookup.eps is not None else torch.finfo(t.dtype).eps
+        normed = c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps)
+        if lookup.gain is not None:
+            normed = normed * (state[lookup.gain].double().to(t.device) + lookup.gain_offset)
+        if lookup.bias is not None:
+            normed = normed + state[lookup.bias].double().to(t.device)
+        out[lookup.table] = normed.movedim(-1, lookup.axis).to(t.dtype)
+        for key in (lookup.gain, lookup.bias):
+            if key is not None:
+                out.pop(key, None)
+    for scale in layout.scales:  # s ⊙ (W x + c) = (diag(s) W) x + s ⊙ c
+        s = state[scale.param].detach().double().reshape(-1)
+        for name, axis in scale.writers:
+            t = out[name]
+            shape = [1] * t.dim()
+            shape[axis] = -1
+            out[name] = (t.double() * s.to(t.device).reshape(shape)).to(t.dtype)
+        out.pop(scale.param, None)
     if layout.centred:
         for name, axis in layout.writers:
-            t = state[name]
-            if t.shape[axis] != layout.width:
-                raise LmcError(
-                    f"canonical form: {name!r} axis {axis} is not the {layout.width} features"
-                )
+            t = out[name]
             t64 = t.detach().double()
             out[name] = (t64 - t64.mean(dim=axis, keepdim=True)).to(t.dtype)
-    d = layout.width
     for site in layout.norms:
         g = (
             torch.ones(d, dtype=torch.float64)

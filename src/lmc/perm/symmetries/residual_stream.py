@@ -19,11 +19,20 @@ stream is and how it is used:
   tokens); *its readers*, per norm, the weight layers that read that norm's output (through
   views, casts, dropout, token selection and pooling only).
 
+Two things that scale the stream's features are folded, not refused: a *layer scale* (a
+per-feature gain ``s`` on a branch's output before it is added, ``x + s ⊙ f(x)``: DINOv2's
+``layer_scale1/2``, CaiT's ``gamma_1/2``), where the branch's output is a weight layer's, used by
+nothing else (through views, casts and dropout only): ``s`` folds into that layer's output rows
+and bias (:class:`LayerScale`); and a norm of an embedding lookup to which nothing is added
+before it (Bloom's ``word_embeddings_layernorm``): ``norm(E[ids]) = norm(E)[ids]``, so the norm
+folds into the table's rows (:class:`EmbeddingNorm`).
+
 Every value carrying the stream is followed from the embeddings on. What lmc cannot fold is
 refused with an ``LmcError`` naming the module or node and why: a norm's output added back into
 the stream (post-LN, as BERT: the norm sits on the stream itself), a layer that reads the
 stream without a norm, an op that an orthogonal map of the stream does not commute with (an
-elementwise nonlinearity or scale, a reduction over the features), an elementwise parameter of
+elementwise nonlinearity, a per-feature scale of the stream itself or of anything but a weight
+layer's output, a reduction over the features), an elementwise parameter of
 the stream that no norm owns, LayerNorms mixed with RMSNorms. The permutation spec is
 unaffected: permutations keep working on such models.
 
@@ -104,6 +113,39 @@ class NormSite:
 
 
 @dataclass(frozen=True)
+class LayerScale:
+    """A per-feature gain on a branch's output before it joins the stream (a *layer scale*:
+    DINOv2's ``layer_scale1/2``, CaiT's and timm's ``ls1/ls2``): ``y = x + s ⊙ f(x)``. ``param``:
+    the gain's state name (``width`` entries); ``writers``: ``(state name, feature axis)`` of the
+    layer that writes the branch (its weight's output rows and its bias), which the canonical form
+    scales by ``s``; ``module``: the module that only multiplies by ``s`` (replaced by the
+    identity in the canonical form), ``""`` where ``s`` is an attribute of a larger module (it is
+    then set to the number 1)."""
+
+    param: str
+    writers: tuple[tuple[str, int], ...]
+    module: str = ""
+
+
+@dataclass(frozen=True)
+class EmbeddingNorm:
+    """A norm applied to an embedding lookup before anything is added to it (Bloom's
+    ``word_embeddings_layernorm``): ``norm(E[ids]) = norm(E)[ids]``, so the canonical form
+    applies the norm to the rows of the table and replaces the module by the identity.
+    ``norm``: its module; ``table``, ``axis``: the table's state name and feature axis; the rest
+    as in :class:`NormSite`."""
+
+    norm: str
+    table: str
+    axis: int
+    kind: str = "layer"
+    eps: float | None = 1e-5
+    gain: str | None = None
+    bias: str | None = None
+    gain_offset: float = 0.0
+
+
+@dataclass(frozen=True)
 class StreamLayout:
     """Where a pre-norm transformer's residual stream is written and read.
 
@@ -111,7 +153,9 @@ class StreamLayout:
     values are added into the stream; ``norms``: every norm on the stream with its readers, the
     final norm (read by the head) included; ``group``: the stream's group in the traced spec;
     ``tied``: the names of each tensor shared under several names among the writers and
-    readers; ``heads``: the spec's nested groups (``group -> (head group, heads)``).
+    readers; ``heads``: the spec's nested groups (``group -> (head group, heads)``);
+    ``scales``: the layer scales on branch outputs (folded into the writers they scale);
+    ``embedding_norms``: the norms of embedding lookups (folded into their tables).
     """
 
     width: int
@@ -120,6 +164,8 @@ class StreamLayout:
     group: str = ""
     tied: tuple[tuple[str, ...], ...] = ()
     heads: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    scales: tuple[LayerScale, ...] = ()
+    embedding_norms: tuple[EmbeddingNorm, ...] = ()
 
     @property
     def readers(self) -> tuple[Reader, ...]:
@@ -132,8 +178,13 @@ class StreamLayout:
 
     @property
     def canonical(self) -> bool:
-        """Whether every norm is a parameter-free RMSNorm (the stream admits rotations)."""
-        return all(site.parameter_free_rms for site in self.norms)
+        """Whether every norm is a parameter-free RMSNorm and nothing else scales the stream
+        feature by feature (it then admits rotations)."""
+        return (
+            not self.scales
+            and not self.embedding_norms
+            and all(site.parameter_free_rms for site in self.norms)
+        )
 
     def prefixed(self, prefix: str) -> StreamLayout:
         """The same layout with every name prefixed (a model inside a wrapper)."""
@@ -152,6 +203,16 @@ class StreamLayout:
                      name(s.gain), name(s.bias), s.gain_offset)
             for s in self.norms
         )  # fmt: skip
+        scales = tuple(
+            LayerScale(prefix + s.param, tuple((prefix + n, a) for n, a in s.writers),
+                       prefix + s.module if s.module else "")
+            for s in self.scales
+        )  # fmt: skip
+        embedding_norms = tuple(
+            EmbeddingNorm(prefix + e.norm, prefix + e.table, e.axis, e.kind, e.eps,
+                          name(e.gain), name(e.bias), e.gain_offset)
+            for e in self.embedding_norms
+        )  # fmt: skip
         return StreamLayout(
             self.width,
             tuple((prefix + n, a) for n, a in self.writers),
@@ -159,6 +220,8 @@ class StreamLayout:
             self.group,
             tuple(tuple(prefix + n for n in names) for names in self.tied),
             dict(self.heads),
+            scales,
+            embedding_norms,
         )
 
 
@@ -499,9 +562,12 @@ def _follow(
     trace: TraceResult,
     graph: _Graph,
     norms: Mapping[str, tuple[fx.Node, fx.Node, set[fx.Node]]],
-) -> dict[str, list[Any]]:
-    """Norm path -> the consumer records of the layers reading its output; ``LmcError`` for a
-    use of the stream lmc cannot fold (module docstring)."""
+    folded: frozenset[str] = frozenset(),
+) -> tuple[dict[str, list[Any]], list[tuple[str, fx.Node, fx.Node]]]:
+    """Norm path -> the consumer records of the layers reading its output, and the layer scales
+    (``(gain's state name, the layer output it scales, the scaling node)``); ``LmcError`` for
+    a use of the stream lmc cannot fold (module docstring). ``folded``: the norms of embedding
+    lookups, whose outputs are the stream itself."""
     region_of: dict[fx.Node, str] = {}
     for path, (_, _, inside) in norms.items():
         for n in inside:
@@ -511,13 +577,16 @@ def _follow(
     consumers: dict[tuple[str, str], list[Any]] = {}
     for rec in trace.consumers:
         consumers.setdefault((rec.layer, rec.node), []).append(rec)
+    made = {rec.node for rec in trace.producers if rec.node}
+    state = model.state_dict(keep_vars=True)
+    scales: list[tuple[str, fx.Node, fx.Node]] = []
     tag: dict[fx.Node, str] = {}  # "stream" or the norm path whose output it is
     readers: dict[str, list[Any]] = {path: [] for path in norms}
     gm = graph.gm
     for node in gm.graph.nodes:
         if node in region_of:
             if node in outputs:
-                tag[node] = outputs[node]
+                tag[node] = "stream" if outputs[node] in folded else outputs[node]
             continue
         if node not in graph.carries:
             continue
@@ -553,6 +622,13 @@ def _follow(
             if len(set(tags)) > 1:
                 raise _refuse(f"{_where(gm, node)} mixes a norm's output with the stream")
             tag[node] = tags[0] if tags else "stream"
+        elif op in _SCALES and (
+            found := _layer_scale(graph, node, made, state, trace.spec.group_sizes[graph.group])
+        ):
+            if tags != ["stream"]:
+                raise _refuse(f"{_where(gm, node)} scales a norm's output feature by feature")
+            scales.append((found[0], found[1], node))
+            tag[node] = "stream"
         elif op in _SCALES:
             raise _refuse(
                 f"{_where(gm, node)} scales the residual stream feature by feature (a layer "
@@ -596,7 +672,46 @@ def _follow(
                 f"{_where(gm, user)} uses the residual stream in a way an orthogonal map "
                 "of the stream does not keep"
             )
-    return readers
+    return readers, scales
+
+
+def _leaf(gm: fx.GraphModule, node: fx.Node) -> fx.Node | None:
+    """The ``get_attr`` node that ``node`` is (a view or cast of), else ``None``."""
+    while node.op != "get_attr":
+        if _op(gm, node) not in _TRANSPARENT or len(node.all_input_nodes) != 1:
+            return None
+        node = node.all_input_nodes[0]
+    return node
+
+
+def _layer_scale(
+    graph: _Graph, node: fx.Node, made: set[str], state: Mapping[str, Any], width: int
+) -> tuple[str, fx.Node] | None:
+    """``(gain's state name, layer output)`` where ``node`` multiplies a weight layer's output
+    -- used by nothing else, through views, casts and dropout only -- by a state tensor of one
+    number per feature (a layer scale), else ``None``."""
+    gm = graph.gm
+    if _op(gm, node) not in {"mul", "mul_", "imul"}:
+        return None
+    carried = [a for a in node.all_input_nodes if a in graph.carries]
+    others = [a for a in node.all_input_nodes if a not in graph.carries]
+    if len(carried) != 1 or len(others) != 1 or not graph.last(carried[0]):
+        return None
+    leaf = _leaf(gm, others[0])
+    tensor = state.get(leaf.target) if leaf is not None else None
+    if not isinstance(tensor, torch.Tensor) or tensor.numel() != width:
+        return None
+    if tensor.dim() == 0 or tensor.shape[-1] != width:
+        return None
+    source = carried[0]
+    while True:
+        if len(source.users) != 1:
+            return None
+        if source.name in made:
+            return str(leaf.target), source
+        if _op(gm, source) not in _TRANSPARENT or len(source.all_input_nodes) != 1:
+            return None
+        source = source.all_input_nodes[0]
 
 
 def _where(gm: fx.GraphModule, node: fx.Node) -> str:
@@ -682,17 +797,19 @@ def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> Str
     candidates = _candidates(model, graph, width)
     fits = _recognise_norms(model, example, candidates)
     norms = {path: candidates[path] for path in fits}
-    kinds = {fits[p][0] for p in fits}
+    lookups = {path: t for path in fits if (t := _lookup_table(graph, trace, norms[path][0]))}
+    kinds = {fits[p][0] for p in fits if p not in lookups}
     if len(kinds) > 1:
-        layer = next(p for p in fits if fits[p][0] == "layer")
-        rms = next(p for p in fits if fits[p][0] == "rms")
+        layer = next(p for p in fits if fits[p][0] == "layer" and p not in lookups)
+        rms = next(p for p in fits if fits[p][0] == "rms" and p not in lookups)
         raise _refuse(
             f"the stream is read by a LayerNorm ({layer!r}) and an RMSNorm ({rms!r}); centring "
             "the stream for the one would change the other"
         )
-    readers = _follow(model, trace, graph, norms)
+    readers, scaled = _follow(model, trace, graph, norms, frozenset(lookups))
     roles = derive_roles(model, spec, trace)
     owned = {f"{path}.{p}" for path, fit in fits.items() for p in fit[2:4] if p is not None}
+    owned |= {param for param, _, _ in scaled}
     writers: list[tuple[str, int]] = []
     reader_names = {rec.weight for recs in readers.values() for rec, _ in recs}
     for name, axis in spec.groups.get(group, []):
@@ -710,11 +827,30 @@ def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> Str
             writers.append((name, axis))
         elif name not in reader_names and not _tied_to(model, name, reader_names):
             raise _refuse(f"{name!r} reads the stream other than through a norm")
+    scales = tuple(_scale_record(model, trace, writers, *found) for found in scaled)
+    embedding_norms = []
+    for path, table in lookups.items():
+        kind, eps, gain, bias, offset = fits[path]
+        name, axis = _writer_named(model, writers, table.weight, table.axis, path)
+        embedding_norms.append(
+            EmbeddingNorm(path, name, axis, kind, eps,
+                          None if gain is None else f"{path}.{gain}",
+                          None if bias is None else f"{path}.{bias}", offset)
+        )  # fmt: skip
     sites = []
     for path, (kind, eps, gain, bias, offset) in fits.items():
+        if path in lookups:
+            continue
         seen: dict[str, Reader] = {}
         for rec, layer in readers[path]:
             reader = _reader(model, rec, layer)
+            entry = spec[rec.weight][rec.axis] if rec.weight in spec else None
+            if spec.shapes[rec.weight][rec.axis] != width and (
+                entry is None or any(seg != (group, width, 1) for seg in entry)
+            ):
+                raise _refuse(
+                    f"{reader.weight!r} reads the output of {path!r} together with other features"
+                )
             seen.setdefault(reader.weight, reader)
         sites.append(
             NormSite(
@@ -727,8 +863,81 @@ def layout_from_trace(model: nn.Module, trace: TraceResult, example: Any) -> Str
     sites.sort(key=lambda s: first[s.norm])
     names = {n for n, _ in writers} | {r.weight for s in sites for r in s.readers}
     return StreamLayout(
-        width, tuple(writers), tuple(sites), group, _tied(model, names), dict(spec.heads)
+        width, tuple(writers), tuple(sites), group, _tied(model, names), dict(spec.heads),
+        scales, tuple(embedding_norms),
+    )  # fmt: skip
+
+
+def _lookup_table(graph: _Graph, trace: TraceResult, x: fx.Node) -> Any:
+    """The producer record of the embedding lookup that ``x`` (a norm's input) is -- through
+    casts and dropout, used by nothing else -- else ``None``: the norm is then applied to a
+    lookup before anything is added to it (a norm of the table's rows)."""
+    gm = graph.gm
+    node = x
+    while True:
+        if len(node.users) != 1:
+            return None
+        recs = [r for r in trace.producers if r.node == node.name]
+        if recs:
+            layer = next((n for n in gm.graph.nodes if n.name == recs[0].layer), None)
+            if len(recs) != 1 or layer is None or "embedding" not in _op(gm, layer).lower():
+                return None
+            return recs[0]
+        if _op(gm, node) not in _CASTS | {"dropout", "native_dropout"}:
+            return None
+        if len(node.all_input_nodes) != 1:
+            return None
+        node = node.all_input_nodes[0]
+
+
+def _writer_named(
+    model: nn.Module, writers: list[tuple[str, int]], name: str, axis: int, why: str
+) -> tuple[str, int]:
+    """The writer that is the tensor ``name`` (under any of its tied names), with ``axis``;
+    ``LmcError`` where it is no writer or is tied to another writer."""
+    state = model.state_dict(keep_vars=True)
+    tensor = state.get(name)
+    hits = [(n, a) for n, a in writers if state.get(n) is tensor and a == axis]
+    if len(hits) != 1:
+        raise _refuse(f"{why!r} scales {name!r}, which lmc does not find once among the writers")
+    return hits[0]
+
+
+def _scale_record(
+    model: nn.Module,
+    trace: TraceResult,
+    writers: list[tuple[str, int]],
+    param: str,
+    source: fx.Node,
+    node: fx.Node,
+) -> LayerScale:
+    """The :class:`LayerScale` of the gain ``param`` multiplying ``source`` at ``node``: the
+    writers of the layer producing ``source``, and the module to drop (one that only
+    multiplies by ``param``)."""
+    gm = trace.graph
+    state = model.state_dict(keep_vars=True)
+    targets: list[tuple[str, int]] = []
+    for rec in trace.producers:
+        if rec.node != source.name:
+            continue
+        targets.append(_writer_named(model, writers, rec.weight, rec.axis, param))
+        if rec.bias is not None:
+            targets.append(_writer_named(model, writers, rec.bias, 0, param))
+    tensors = {id(state[n]) for n, _ in targets}
+    for name, tensor in state.items():
+        if id(tensor) in tensors and name not in {n for n, _ in targets}:
+            raise _refuse(f"{param!r} scales {name!r}, a tensor tied to another")
+    if not targets:
+        raise _refuse(f"{param!r} scales a layer whose weights lmc does not find")
+    module = param.rpartition(".")[0]
+    owner = model.get_submodule(module) if module else model
+    alone = (
+        bool(module)
+        and [n for n, _ in owner.named_parameters()] == [param.rpartition(".")[2]]
+        and not list(owner.buffers())
+        and {n for n in _regions(gm).get(module, []) if n.op == "call_function"} <= {node}
     )
+    return LayerScale(param, tuple(targets), module if alone else "")
 
 
 def _first_index(gm: fx.GraphModule, nodes: set[fx.Node]) -> int:
@@ -825,6 +1034,8 @@ def traced_layout(
 
 __all__ = [
     "NORM_KINDS",
+    "EmbeddingNorm",
+    "LayerScale",
     "NormSite",
     "Reader",
     "StreamLayout",

@@ -210,8 +210,11 @@ def symmetry_spec(
     roles = derive_roles(model, spec, trace)
     layout = _layout(model, example_input, trace)
     if layout is not None:  # a recognised norm's gain and bias are elementwise, whatever owns them
-        for site in layout.norms:
-            for name in (site.gain, site.bias):
+        elementwise = [n for site in layout.norms for n in (site.gain, site.bias)]
+        elementwise += [n for e in layout.embedding_norms for n in (e.gain, e.bias)]
+        elementwise += [scale.param for scale in layout.scales]
+        for name in elementwise:
+            if name is not None:
                 for axis in range(len(spec[name]) if name in spec else 0):
                     if (name, axis) in roles:
                         roles[(name, axis)] = tuple(

@@ -13,6 +13,14 @@ per query head that reads it). Larger groups than permutations still act there:
 - q/k without RoPE and v/o, with grouped-query attention: any invertible map per key/value
   head, shared by the query heads that read it (kind ``invertible``).
 
+Where one fused projection interleaves its pieces per head (GPT-NeoX's ``query_key_value``:
+each head's rows are its q, k and v dims in a row, cut apart by ``chunk`` after the view into
+heads), the trace keeps each head's ``3 d`` rows whole; the head dim ``d`` is then the one the
+head group's other members read (the output projection's columns per head), and each head's
+block is cut into windows of ``d`` (:class:`WithinMember` ``stride`` and ``offset``), each a side.
+Windows that no group claims (q/k under partial rotary embeddings) move with the head group's
+permutation only.
+
 Each is a *within group* (:class:`WithinGroup`) of the symmetry spec, named
 ``<head group>:qk`` or ``<head group>:vo``, nested in its head group (its maps move heads as
 the head group's permutation does). The trace proposes them: the collapsed segments of one head
@@ -27,6 +35,8 @@ changes the function.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,13 +58,51 @@ CHECK_TOL = 1e-7
 class WithinMember:
     """One spec segment a within group acts on: ``spec[name][axis][segment]`` (a segment of
     the head group), its role in the group (``out``: mapped by ``M``; ``in``: by ``M⁻ᵀ``) and
-    ``tiles``, how many times each head's dims appear in a row there."""
+    ``tiles``, how many times each head's dims appear in a row there. ``stride`` and
+    ``offset``: where one fused projection interleaves several pieces per head (GPT-NeoX's
+    ``query_key_value``: each head's rows are its q, k and v dims in a row), the segment holds
+    ``stride`` entries per head and the member is the ``tiles · d`` of them from ``offset`` on
+    (``stride`` 0: the whole segment)."""
 
     name: str
     axis: int
     segment: int
     role: str
     tiles: int
+    stride: int = 0
+    offset: int = 0
+
+
+def take_window(
+    x: torch.Tensor, axis: int, heads: int, member: WithinMember, length: int
+) -> torch.Tensor:
+    """The member's entries of ``x`` along ``axis`` (a segment of ``heads`` heads), in head
+    order: ``heads × length`` of them (``length`` = ``tiles · d``); the whole of ``x`` where
+    the member is the whole segment (differentiable)."""
+    if not member.stride:
+        return x
+    moved = x.movedim(axis, -1)
+    lead = moved.shape[:-1]
+    blocks = moved.reshape(*lead, heads, member.stride)
+    window = blocks[..., member.offset : member.offset + length]
+    return window.reshape(*lead, heads * length).movedim(-1, axis)
+
+
+def put_window(
+    x: torch.Tensor, axis: int, heads: int, member: WithinMember, new: torch.Tensor
+) -> torch.Tensor:
+    """``x`` with the member's entries (see :func:`take_window`) replaced by ``new``
+    (differentiable)."""
+    if not member.stride:
+        return new
+    moved = x.movedim(axis, -1)
+    lead = moved.shape[:-1]
+    blocks = moved.reshape(*lead, heads, member.stride)
+    length = new.shape[axis] // heads
+    piece = new.movedim(axis, -1).reshape(*lead, heads, length)
+    end = member.offset + length
+    out = torch.cat([blocks[..., : member.offset], piece, blocks[..., end:]], dim=-1)
+    return out.reshape(*lead, heads * member.stride).movedim(-1, axis)
 
 
 @dataclass(frozen=True)
@@ -79,20 +127,30 @@ def _sides(
     roles: Mapping[tuple[str, int], tuple[str | None, ...]],
     head: str,
     d: int,
-) -> dict[tuple[str, int], list[WithinMember]]:
-    """The head group's segments with whole dims per head, by side (owning layer, position)."""
-    sides: dict[tuple[str, int], list[WithinMember]] = {}
+    windows: bool = False,
+) -> dict[tuple[str, int, int], list[WithinMember]]:
+    """The head group's segments with whole dims per head, by side (owning layer, position,
+    offset within each head). ``windows``: a segment with ``k · d`` entries per head is cut into
+    ``k`` windows of ``d`` (the pieces of a fused projection interleaved per head), each its own
+    side, instead of ``k`` tiles of one side."""
+    sides: dict[tuple[str, int, int], list[WithinMember]] = {}
     for name, axis in spec.groups.get(head, []):
         occurrence = 0
         for k, seg in enumerate(spec[name][axis]):
             if seg.perm != head:
                 continue
             if seg.repeat >= d and seg.repeat % d == 0:
-                role = roles[(name, axis)][k]
-                key = (name.rpartition(".")[0], occurrence)
-                sides.setdefault(key, []).append(
-                    WithinMember(name, axis, k, role or "out", seg.repeat // d)
-                )
+                role = roles[(name, axis)][k] or "out"
+                owner = name.rpartition(".")[0]
+                if windows and seg.repeat > d:
+                    for offset in range(0, seg.repeat, d):
+                        sides.setdefault((owner, occurrence, offset), []).append(
+                            WithinMember(name, axis, k, role, 1, seg.repeat, offset)
+                        )
+                else:
+                    sides.setdefault((owner, occurrence, 0), []).append(
+                        WithinMember(name, axis, k, role, seg.repeat // d)
+                    )
             occurrence += 1
     return sides
 
@@ -116,12 +174,15 @@ def _apply(
 ) -> dict[str, torch.Tensor]:
     """``state`` with ``transform`` applied to the members' segments (by their roles)."""
     out = dict(state)
+    d = transform.size // heads
     for m in members:
         x = out[m.name]
         offset = sum(s.extent for s in spec[m.name][m.axis][: m.segment])
         seg = spec[m.name][m.axis][m.segment]
-        piece = act_tiled(transform, x.narrow(m.axis, offset, seg.extent), m.axis, m.role,
-                          m.tiles, heads)  # fmt: skip
+        whole = x.narrow(m.axis, offset, seg.extent)
+        window = take_window(whole, m.axis, heads, m, m.tiles * d)
+        moved = act_tiled(transform, window, m.axis, m.role, m.tiles, heads)
+        piece = put_window(whole, m.axis, heads, m, moved)
         out[m.name] = torch.cat(
             [x.narrow(m.axis, 0, offset), piece,
              x.narrow(m.axis, offset + seg.extent, x.shape[m.axis] - offset - seg.extent)],
@@ -166,9 +227,8 @@ def find_within_groups(
                 return False
             return float((y - base).norm()) <= CHECK_TOL * scale
 
-        for head, d in sorted(heads_of.items()):
+        def search(head: str, d: int, sides: dict[Any, list[WithinMember]]) -> None:
             n_heads = spec.group_sizes[head]
-            sides = _sides(spec, roles, head, d)
             outs = [k for k, ms in sides.items() if {m.role for m in ms} == {"out"}]
             ins = [k for k, ms in sides.items() if {m.role for m in ms} == {"in"}]
             for o in ins:  # v/o: a side of outputs read back by the output projection
@@ -184,9 +244,7 @@ def find_within_groups(
             for i, a in enumerate(outs):  # q/k: two sides of outputs, the second contravariant
                 done = False
                 for b in outs[i + 1 :]:
-                    members = sides[a] + [
-                        WithinMember(m.name, m.axis, m.segment, "in", m.tiles) for m in sides[b]
-                    ]
+                    members = sides[a] + [dataclasses.replace(m, role="in") for m in sides[b]]
                     for kind in ("invertible", "rope"):
                         if kind == "rope" and d % 2:
                             continue
@@ -199,14 +257,57 @@ def find_within_groups(
                         break
                 if done:
                     break
+
+        for head, d in sorted(heads_of.items()):
+            search(head, d, _sides(spec, roles, head, d))
+            if any(w.head == head for w in found.values()):
+                continue
+            # one fused projection interleaving its pieces per head (GPT-NeoX): the head dim
+            # is the one its other members read (the output projection's columns per head)
+            repeats = {
+                seg.repeat
+                for name, axis in spec.groups.get(head, [])
+                for seg in spec[name][axis]
+                if seg.perm == head
+            }
+            small = math.gcd(*repeats)
+            if 1 < small < d and d % small == 0:
+                search(head, small, _sides(spec, roles, head, small, windows=True))
     return found
 
 
 def member_index(
     within: Mapping[str, WithinGroup],
-) -> dict[tuple[str, int, int], tuple[str, WithinMember]]:
-    """``(name, axis, segment) -> (within group, member)`` for every member."""
-    return {(m.name, m.axis, m.segment): (g, m) for g, w in within.items() for m in w.members}
+) -> dict[tuple[str, int, int], tuple[tuple[str, WithinMember], ...]]:
+    """``(name, axis, segment) -> ((within group, member), ...)`` for every segment some
+    member acts on (several where a fused projection interleaves pieces per head)."""
+    out: dict[tuple[str, int, int], tuple[tuple[str, WithinMember], ...]] = {}
+    for g, w in within.items():
+        for m in w.members:
+            key = (m.name, m.axis, m.segment)
+            out[key] = (*out.get(key, ()), (g, m))
+    return out
 
 
-__all__ = ["CHECK_TOL", "WithinGroup", "WithinMember", "find_within_groups", "member_index"]
+def covers(members: tuple[tuple[str, WithinMember], ...], within: Mapping[str, WithinGroup],
+           stride: int) -> bool:  # fmt: skip
+    """Whether the members' windows cover every entry of their segment's heads (``stride``
+    entries per head); else the rest moves with the head group's permutation only."""
+    covered = set()
+    for g, m in members:
+        if not m.stride:
+            return True
+        covered |= set(range(m.offset, m.offset + m.tiles * within[g].dim))
+    return covered >= set(range(stride))
+
+
+__all__ = [
+    "CHECK_TOL",
+    "WithinGroup",
+    "WithinMember",
+    "covers",
+    "find_within_groups",
+    "member_index",
+    "put_window",
+    "take_window",
+]

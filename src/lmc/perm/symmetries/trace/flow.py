@@ -11,7 +11,9 @@
 - a reduction over the unit dim gives an unpermuted value (a sum ignores order);
 - ``cat`` along the unit dim concatenates segments;
 - indexing (``x[...]``, and the ``slice`` / ``select`` ops of an exported graph) keeps the
-  unit dim whole or is not understood.
+  unit dim whole, or slices it where the slices of one value tile its units side by side (a
+  fused projection cut into q, k and v by slicing, as Phi-3's ``qkv_proj``: cut as ``split``
+  would), or is not understood.
 
 A derived value of a state tensor (``self.p[0]``, ``self.p.view(...)``) fixes the tensor: the
 value would not follow a permutation of it -- except an elementwise function of the tensor alone
@@ -356,8 +358,84 @@ def index_value(st: TraceState, node: fx.Node, x: Any, index: Any) -> None:
     if got is None or got[1] == "int":
         return st.unknown(node, "selects single channels")
     if got[1] == "partial":
-        return st.unknown(node, "slices the channel dimension")
+        piece = _slice_piece(st, node, x, lay, xs, idx)
+        if piece is False:
+            return st.unknown(node, "slices the channel dimension")
+        st.env[node] = None if piece is None else Layout(got[0], piece)
+        return
     st.env[node] = Layout(got[0], lay.segs)
+
+
+def _dim_item(idx: tuple[Any, ...], ndim: int, dim: int) -> Any:
+    """The item of ``idx`` that indexes input dim ``dim`` (of ``ndim``)."""
+    consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    items: list[Any] = []
+    for item in idx:
+        if item is Ellipsis:
+            items.extend([slice(None)] * (ndim - consumed))
+        elif item is not None:
+            items.append(item)
+    items.extend([slice(None)] * (ndim - len(items)))
+    return items[dim]
+
+
+def _static_slice(item: Any) -> bool:
+    """Whether ``item`` is a slice whose bounds and step are numbers (or omitted), not values
+    computed in the graph (``x[..., :n]`` with ``n`` a node)."""
+    return isinstance(item, slice) and all(
+        v is None or isinstance(v, int) for v in (item.start, item.stop, item.step)
+    )
+
+
+def _unit_range(st: TraceState, user: fx.Node, x: fx.Node, dim: int) -> tuple[int, int] | None:
+    """``(start, stop)`` of the units that ``user`` slices from ``x`` along ``dim`` with step
+    1 (an exported ``aten.slice`` or ``x[..., a:b]``), else ``None``."""
+    xs = st.shape(x)
+    if xs is None or not user.args or user.args[0] is not x:
+        return None
+    target = user.target if isinstance(user.target, str) else getattr(user.target, "__name__", "")
+    name = target.split(".")[0]
+    if name == "slice":
+        index = _slice_index(st, user)
+    elif name == "getitem" and len(user.args) > 1:
+        index = user.args[1] if isinstance(user.args[1], tuple) else (user.args[1],)
+    else:
+        return None
+    if index is None or any(isinstance(i, fx.Node) for i in index):
+        return None
+    item = _dim_item(tuple(index), len(xs), dim)
+    if not _static_slice(item):
+        return None
+    start, stop, step = item.indices(xs[dim])
+    return (start, stop) if step == 1 and stop > start else None
+
+
+def _slice_piece(
+    st: TraceState, node: fx.Node, x: Any, lay: Layout, xs: tuple[int, ...], idx: tuple
+) -> tuple[Seg, ...] | None | bool:
+    """``x[..., a:b]`` along the unit dim where the slices of ``x`` along it tile the units
+    side by side (a fused projection cut into q, k and v by slicing, as Phi-3's ``qkv_proj``):
+    as ``split`` would, the group is cut into parts at the slices' bounds and this slice gets
+    its part (segments; ``None``: unpermuted ones). ``False`` where not understood."""
+    if not isinstance(x, fx.Node):
+        return False
+    item = _dim_item(idx, len(xs), lay.dim)
+    if not _static_slice(item):
+        return False
+    start, stop, step = item.indices(xs[lay.dim])
+    if step != 1:
+        return False
+    ranges = {r for u in x.users if (r := _unit_range(st, u, x, lay.dim)) is not None}
+    ordered = sorted(ranges)
+    if (start, stop) not in ranges or ordered[0][0] != 0 or ordered[-1][1] != xs[lay.dim]:
+        return False
+    if any(a[1] != b[0] for a, b in zip(ordered, ordered[1:])):
+        return False  # overlapping or leaving a gap: not pieces side by side
+    pieces = attention._cut(st, lay.segs, [b for _, b in ordered])
+    if pieces is None:
+        return False
+    piece = pieces[ordered.index((start, stop))]
+    return piece or None
 
 
 def _index_stacked(
