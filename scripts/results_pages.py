@@ -825,6 +825,9 @@ def _runtime(ctx: Context, body: str) -> str:
             return "run time not recorded"
         total += wall
         run += int((record.get("jobs") or {}).get("run", 0))
+        if record.get("wall_seconds_all"):  # earlier invocations' jobs count as run too
+            history = [h for h in record.get("history") or [] if isinstance(h, dict)]
+            run += sum(int((h.get("jobs") or {}).get("run", 0)) for h in history)
         jobs += int((record.get("jobs") or {}).get("total", 0))
         cpus.add((record.get("environment") or {}).get("cpu_count"))
     where = f" on {cpus.pop()} cores" if len(cpus) == 1 and None not in cpus else ""
