@@ -5,7 +5,7 @@ vocabulary ``--vocab``, ``--context`` tokens) it times ``lmc.perm.align`` with m
 ``orthogonal`` (the closed form: canonical form, Procrustes on the stream, weight matching
 elsewhere) and with method ``learned`` (the same closed form, then Adam steps of stream and
 within-head rotations on the path's loss) twice on the same pair: at the settings' ``legacy``
-values (the earlier defaults, still the defaults: 200 steps of batch 64 at a constant 0.01,
+values (the earlier defaults: 200 steps of batch 64 at a constant 0.01,
 one lambda per step, 10 held-out judgements) and at the fast settings (:data:`FAST`: 100 steps
 of batch 16 on a cosine schedule from 0.01, four lambdas per step, 2 judgements), these
 optionally overridden with ``--learned key=value`` (JSON values). The runs alternate their
@@ -64,8 +64,8 @@ FAST = {"steps": 100, "batch_size": 16, "lr": 0.01, "schedule": "cosine", "lambd
 
 def settings_pair(overrides: list[str]) -> dict[str, dict]:
     """``legacy``: the learned method's settings at their legacy values (the earlier defaults,
-    which the current defaults are); ``fast``: :data:`FAST` over them, then ``overrides``
-    (``key=value``, JSON values)."""
+    before the fast settings became the defaults); ``fast``: :data:`FAST` over them, then
+    ``overrides`` (``key=value``, JSON values)."""
     record = get_method("learned")
     legacy = {s.name: s.baseline for s in record.settings}
     fast = {**legacy, **FAST}

@@ -827,7 +827,9 @@ def _runtime(ctx: Context, body: str) -> str:
         run += int((record.get("jobs") or {}).get("run", 0))
         if record.get("wall_seconds_all"):  # earlier invocations' jobs count as run too
             history = [h for h in record.get("history") or [] if isinstance(h, dict)]
-            run += sum(int((h.get("jobs") or {}).get("run", 0)) for h in history)
+            earlier = sum(int((h.get("jobs") or {}).get("run", 0)) for h in history)
+            total_jobs = int((record.get("jobs") or {}).get("total", 0))
+            run = min(run + earlier, jobs + total_jobs)  # a study that shrank: at most all
         jobs += int((record.get("jobs") or {}).get("total", 0))
         cpus.add((record.get("environment") or {}).get("cpu_count"))
     where = f" on {cpus.pop()} cores" if len(cpus) == 1 and None not in cpus else ""

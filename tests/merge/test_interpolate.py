@@ -29,7 +29,14 @@ def test_lerp_endpoints_are_exact_copies(random_state):
         assert out0[k].data_ptr() != a[k].data_ptr()  # a copy, not a view
     for k in ("w", "b", "bn.running_mean"):
         assert torch.equal(out1[k], b[k])
-    assert out1["bn.num_batches_tracked"] == 10
+    # integer entries are not interpolated: A's inside the path, B's at lambda = 1 (B itself)
+    assert a["bn.num_batches_tracked"] != b["bn.num_batches_tracked"]
+    assert torch.equal(out1["bn.num_batches_tracked"], b["bn.num_batches_tracked"])
+    assert torch.equal(lerp(a, b, 0.999)["bn.num_batches_tracked"], a["bn.num_batches_tracked"])
+    stacked = lerp_stack(a, b, [0.0, 0.5, 1.0])["bn.num_batches_tracked"]
+    assert stacked.tolist() == [a["bn.num_batches_tracked"].item()] * 2 + [
+        b["bn.num_batches_tracked"].item()
+    ]
 
 
 def test_endpoint_models_reproduce_outputs_bit_for_bit(mlp_pair, digits):

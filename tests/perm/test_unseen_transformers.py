@@ -314,3 +314,17 @@ def test_maps_within_heads_of_fused_projections_keep_the_function_and_are_learne
     assert all(f"hf.{g}" in result.alignment for g in sym.within)
     state = {k.removeprefix("hf."): v for k, v in result.state_dict.items()}
     assert _rel(_out(_loaded(canon, state), x), y) < TOL
+
+
+def test_a_layer_scale_shared_by_two_branches_is_refused_in_one_line():
+    model = _perturbed(ScaledBlockLM())
+    for block in model.blocks:
+        block.gamma_2 = block.gamma_1  # one gain scaling both branches
+    with pytest.raises(LmcError, match="layer scale .* is also .*cannot be folded"):
+        canonicalize(model, _tokens())
+
+
+def test_a_half_precision_canonical_form_that_does_not_run_is_refused():
+    model = _perturbed(EncoderLayerLM()).to(torch.bfloat16)
+    with pytest.raises(LmcError, match="does not run with its norms"):
+        canonicalize(model, _tokens())

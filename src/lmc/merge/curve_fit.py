@@ -273,6 +273,10 @@ def _fingerprint(
         "task": task.name,
         "names": names,
     }
+    if any(state_a[n].dtype in (torch.float16, torch.bfloat16) for n in names if n in state_a):
+        # half-precision entries train in a float32 master copy: a checkpoint written before
+        # (its control point and optimizer state in half precision) belongs to another fit
+        record["master"] = "float32"
     return hashlib.sha256(canonical_json(record).encode()).hexdigest()
 
 

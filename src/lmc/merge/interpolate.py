@@ -50,8 +50,9 @@ def lerp(
 
     - floating entries (parameters and floating buffers) are interpolated; ``lam`` must lie in
       [0, 1] (``LmcError`` otherwise: the path runs from A to B);
-    - integer entries (e.g. ``num_batches_tracked``) are copied from A;
-    - ``lam == 0`` returns a copy of A and ``lam == 1`` a copy of B's floating entries (cast to
+    - integer and boolean entries (e.g. ``num_batches_tracked``) are not interpolated: A's for
+      ``lam < 1``, B's at ``lam == 1`` (as on a curve, :mod:`lmc.merge.curves`);
+    - ``lam == 0`` returns a copy of A and ``lam == 1`` a copy of B (floating entries cast to
       A's dtype), bit for bit;
     - names and shapes must agree: ``LmcError`` names the first mismatch.
 
@@ -62,7 +63,9 @@ def lerp(
     out: StateDict = {}
     for key, a in state_a.items():
         b = state_b[key]
-        if not a.is_floating_point() or lam == 0.0:
+        if lam == 1.0 and not a.is_floating_point():
+            out[key] = b.detach().to(device=a.device, dtype=a.dtype, copy=True)
+        elif not a.is_floating_point() or lam == 0.0:
             out[key] = a.detach().clone()
         elif lam == 1.0:
             out[key] = b.detach().to(device=a.device, dtype=a.dtype, copy=True)
@@ -94,10 +97,10 @@ def lerp_into(
         d = target[key].data if isinstance(target[key], nn.Parameter) else target[key]
         a = a.detach().to(d.device)
         b = state_b[key].detach().to(d.device)
-        if not a.is_floating_point() or lam == 0.0:
-            d.copy_(a)
-        elif lam == 1.0:
+        if lam == 1.0:
             d.copy_(b)
+        elif not a.is_floating_point() or lam == 0.0:
+            d.copy_(a)
         elif a.dtype in _LOW_PRECISION or d.dtype != a.dtype:
             d.copy_(_mix(a, b, lam))
         else:
@@ -114,7 +117,8 @@ def lerp_stack(
     """theta(lam) for every ``lam`` in ``lambdas``, stacked on a new leading axis of size K.
 
     Entry ``k`` of every floating tensor is ``(1 - lambdas[k]) * a + lambdas[k] * b`` (the same
-    formula as :func:`lerp`); integer entries are A's, expanded (no copy). Used to evaluate many
+    formula as :func:`lerp`); integer entries are A's, expanded (no copy), B's in the entries
+    where ``lam == 1`` when they differ (as :func:`lerp`). Used to evaluate many
     points of a path in one batched forward (``torch.func.functional_call`` + ``torch.vmap``).
     """
     lams = [_check_lambda(v) for v in lambdas]
@@ -123,7 +127,10 @@ def lerp_stack(
     for key, a in state_a.items():
         a = a.detach()
         if not a.is_floating_point():
+            b = state_b[key].detach().to(device=a.device, dtype=a.dtype)
             out[key] = a.unsqueeze(0).expand(len(lams), *a.shape)
+            if 1.0 in lams and not torch.equal(a, b):
+                out[key] = torch.stack([b if lam == 1.0 else a for lam in lams])
             continue
         b = state_b[key].detach().to(device=a.device)
         work = torch.float32 if a.dtype in _LOW_PRECISION else a.dtype

@@ -114,6 +114,7 @@ def canonical_skeleton(model: nn.Module, example_input: Any = None) -> nn.Module
     (``load_state_dict(canonical_state(...))``) or use :func:`canonicalize`.
     """
     layout = stream_layout(model, example_input)
+    _check_unshared_scales(model, layout)
     out = copy.deepcopy(model)
     if layout.canonical:
         return out
@@ -175,6 +176,23 @@ def _fold_reader(
     return new_weight, bias + torch.tensordot(weight, b, dims=([axis], [0]))
 
 
+def _check_unshared_scales(model: nn.Module, layout: StreamLayout) -> None:
+    """``LmcError`` where a layer scale's gain is one tensor under several names (one scale
+    module used in two places): folding it into one branch's writer would leave the others."""
+    if not layout.scales:
+        return
+    state = model.state_dict(keep_vars=True)
+    for scale in layout.scales:
+        gain = state[scale.param]
+        others = [k for k, v in state.items() if v is gain and k != scale.param]
+        if others:
+            raise LmcError(
+                f"canonical form: the layer scale {scale.param!r} is also {others[0]!r} (one "
+                "scale used in several places) and cannot be folded into one branch; "
+                "permutations still work (--align weight)"
+            )
+
+
 @torch.no_grad()
 def canonical_state(model: nn.Module, example_input: Any = None) -> dict[str, torch.Tensor]:
     """The canonical model's state dict: writers centred (when a norm is a LayerNorm), norms
@@ -185,6 +203,7 @@ def canonical_state(model: nn.Module, example_input: Any = None) -> dict[str, to
     Tensors the rewrite does not touch are copies (``clone``) of the model's.
     """
     layout = stream_layout(model, example_input)
+    _check_unshared_scales(model, layout)
     state = model.state_dict()
     out = {k: v.detach().clone() for k, v in state.items()}
     if layout.canonical:
@@ -255,8 +274,9 @@ def canonicalize(model: nn.Module, example_input: Any = None) -> nn.Module:
     copy is in ``model``'s training mode, on its device, in its dtypes. ``example_input``: a
     batch to trace the model with (default: one made from the model).
 
-    The copy is checked on that batch (eval mode, float32 or float64 models): where it does not
-    compute the model's function (relative difference above :data:`CHECK_TOL`) or fails to run
+    The copy is checked on that batch (eval mode, in the model's dtype): where it does not
+    compute the model's function (relative difference above :data:`CHECK_TOL`, or
+    :data:`HALF_CHECK_TOL` for float16 and bfloat16 models) or fails to run
     -- a module that reads its norms' parameters itself instead of calling them, as
     ``nn.TransformerEncoderLayer``'s fused inference path does -- ``LmcError`` says so."""
     if example_input is None:
@@ -270,6 +290,8 @@ def canonicalize(model: nn.Module, example_input: Any = None) -> nn.Module:
 #: Relative difference between a model's output and its canonical form's on the example input
 #: above which the canonical form is refused (float32 rounding gives about 1e-6).
 CHECK_TOL = 1e-3
+#: The same for a float16 or bfloat16 model, checked in its own dtype (its rounding is ~1e-2).
+HALF_CHECK_TOL = 5e-2
 
 
 def _first_tensor(y: Any) -> torch.Tensor | None:
@@ -291,8 +313,10 @@ def _check_function(model: nn.Module, canonical: nn.Module, example: Any) -> Non
     """``LmcError`` where ``canonical`` does not compute ``model``'s function on ``example``."""
     params = list(model.parameters())
     dtypes = {p.dtype for p in params}
-    if not dtypes or not dtypes <= {torch.float32, torch.float64}:
+    if not dtypes or not all(d.is_floating_point for d in dtypes):
         return
+    half = not dtypes <= {torch.float32, torch.float64}
+    tol = HALF_CHECK_TOL if half else CHECK_TOL
     if any(p.is_meta for p in params):  # nothing to run on: a lazily loaded skeleton
         return
     inputs = example if isinstance(example, tuple) else (example,)
@@ -317,7 +341,7 @@ def _check_function(model: nn.Module, canonical: nn.Module, example: Any) -> Non
         ) from exc
     scale = float(want.double().norm()) or 1.0
     diff = float((got.double() - want.double()).norm()) / scale if got is not None else math.inf
-    if not diff <= CHECK_TOL:
+    if not diff <= tol:
         raise LmcError(
             f"canonical form: {type(model).__name__} with its norms ({norms()}, ...) folded does "
             f"not compute its function (relative difference {diff:.1e} on the example input): "
