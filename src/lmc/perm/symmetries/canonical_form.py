@@ -66,7 +66,7 @@ from lmc.config import LmcError
 from lmc.models import eval_mode
 
 from .example_inputs import example_input as make_example
-from .example_inputs import unwrap
+from .example_inputs import output_tensor, unwrap
 from .residual_stream import NormSite, Reader, StreamLayout, traced_layout
 
 
@@ -294,21 +294,6 @@ CHECK_TOL = 1e-3
 HALF_CHECK_TOL = 5e-2
 
 
-def _first_tensor(y: Any) -> torch.Tensor | None:
-    """The output's logits, else its first floating tensor."""
-    if isinstance(y, torch.Tensor):
-        return y
-    logits = getattr(y, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    values = y.values() if isinstance(y, dict) else y if isinstance(y, (tuple, list)) else ()
-    for v in values:
-        t = _first_tensor(v)
-        if t is not None and t.is_floating_point():
-            return t
-    return None
-
-
 def _check_function(model: nn.Module, canonical: nn.Module, example: Any) -> None:
     """``LmcError`` where ``canonical`` does not compute ``model``'s function on ``example``."""
     params = list(model.parameters())
@@ -321,7 +306,7 @@ def _check_function(model: nn.Module, canonical: nn.Module, example: Any) -> Non
         return
     inputs = example if isinstance(example, tuple) else (example,)
     with eval_mode(model), torch.no_grad():
-        want = _first_tensor(model(*inputs))
+        want = output_tensor(model(*inputs))
     if want is None:
         return
 
@@ -330,7 +315,7 @@ def _check_function(model: nn.Module, canonical: nn.Module, example: Any) -> Non
 
     try:
         with eval_mode(canonical), torch.no_grad():
-            got = _first_tensor(canonical(*inputs))
+            got = output_tensor(canonical(*inputs))
     except Exception as exc:  # noqa: BLE001 - whatever the model's own code raises
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LmcError(

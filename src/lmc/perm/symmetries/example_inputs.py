@@ -92,4 +92,21 @@ def example_input(model: nn.Module, *, full_context: bool = True) -> torch.Tenso
     )
 
 
-__all__ = ["MAX_TOKENS", "example_input", "unwrap"]
+__all__ = ["MAX_TOKENS", "example_input", "output_tensor", "unwrap"]
+
+
+def output_tensor(y: object) -> torch.Tensor | None:
+    """A model's output as one tensor: the output itself, its ``logits`` (a Hugging Face
+    ``ModelOutput``), else the first floating tensor in it (tuples, lists and dicts searched in
+    order); ``None`` without one."""
+    if isinstance(y, torch.Tensor):
+        return y
+    logits = getattr(y, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    values = y.values() if isinstance(y, dict) else y if isinstance(y, (tuple, list)) else ()
+    for v in values:
+        t = output_tensor(v)
+        if t is not None and t.is_floating_point():
+            return t
+    return None

@@ -46,6 +46,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from lmc.config import LmcError
+
+from .example_inputs import output_tensor
 from .permutation_spec import PermutationSpec
 from .residual_stream import _as_double, _randomised
 from .transforms import Invertible, RopePlanes, Transform, act_tiled
@@ -156,13 +159,10 @@ def _sides(
 
 
 def _output(model: nn.Module, state: Mapping[str, torch.Tensor], inputs: tuple) -> torch.Tensor:
-    out = functional_call(model, dict(state), inputs)
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    return out[0]
+    out = output_tensor(functional_call(model, dict(state), inputs))
+    if out is None:
+        raise LmcError("the model's output holds no floating tensor to compare")
+    return out
 
 
 def _apply(
