@@ -10,12 +10,12 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from ._causal_lm import finish_causal_lm
 from .init import normal_draw_
 from .probes import ProbePoint
 from .registry import register_model
 from .transformer import (
     TIED_OPTION,
-    TokenIdsCheck,
     block_probe_points,
     check_transformer,
     complete_transformer,
@@ -95,11 +95,7 @@ class GPT(nn.Module):
             fused=True,
         )
         self.norm = nn.LayerNorm(width, bias=bias)
-        self.head = nn.Linear(width, vocab, bias=False)
-        if tied:
-            self.head.weight = self.tok.weight
-        self.lmc_init(None)
-        self.register_forward_pre_hook(TokenIdsCheck("gpt"))
+        finish_causal_lm(self, "gpt")
 
     @torch.no_grad()
     def lmc_init(self, generator: torch.Generator | None) -> None:

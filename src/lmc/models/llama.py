@@ -46,6 +46,7 @@ from torch import nn
 
 from lmc.config import LmcError, check_int
 
+from ._causal_lm import finish_causal_lm
 from .init import normal_draw_
 from .options import ModelOption
 from .probes import ProbePoint
@@ -53,7 +54,6 @@ from .registry import register_model
 from .transformer import (
     TIED_OPTION,
     Attention,
-    TokenIdsCheck,
     block_probe_points,
     check_number_above,
     check_transformer,
@@ -298,11 +298,7 @@ class Llama(nn.Module):
             [LlamaBlock(width, heads, kv_heads, self.hidden) for _ in range(depth)]
         )
         self.norm = _rms_norm(width)
-        self.head = nn.Linear(width, vocab, bias=False)
-        if tied:
-            self.head.weight = self.tok.weight
-        self.lmc_init(None)
-        self.register_forward_pre_hook(TokenIdsCheck("llama"))
+        finish_causal_lm(self, "llama")
 
     @torch.no_grad()
     def lmc_init(self, generator: torch.Generator | None) -> None:

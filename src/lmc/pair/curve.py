@@ -362,20 +362,9 @@ def curve_summary(result: CurvePairResult, meta: dict[str, Any] | None = None) -
 def curve_pair_csv(result: CurvePairResult) -> str:
     """``curve.csv``: :func:`lmc.pair.curve_csv`'s rows of the line (``interpolation``) and
     any baseline, then one row per t of the curve (``path`` its kind)."""
-    import csv
-    import io
-
-    from lmc.metrics import PER_LAMBDA_KEYS
-
     from .output import curve_csv
 
-    buf = io.StringIO(curve_csv(result.line))
-    buf.seek(0, io.SEEK_END)
-    writer = csv.writer(buf, lineterminator="\n")
-    for row in result.curve.path.rows():
-        values = ["" if row[k] is None else repr(float(row[k])) for k in PER_LAMBDA_KEYS]
-        writer.writerow([result.curve.kind, repr(float(row["lambda"])), *values])
-    return buf.getvalue()
+    return curve_csv(result.line, [(result.curve.kind, result.curve.path)])
 
 
 def curve_path_figure(line: PathResult, curve: PathResult, title: str = "") -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +87,15 @@ def summary(result: PairResult, meta: dict[str, Any] | None = None) -> dict[str,
     return jsonable(out)
 
 
-def curve_csv(result: PairResult) -> str:
-    """``curve.csv``: one row per (path, λ) with every per-λ metric (empty when not computed)."""
+def curve_csv(result: PairResult, more: Sequence[tuple[str, PathResult]] = ()) -> str:
+    """``curve.csv``: one row per (path, λ) with every per-λ metric (empty when not computed):
+    the line's (``path`` = ``interpolation``) and the random-direction baseline's, then those
+    of each ``(name, path)`` of ``more`` (``path`` = its name: a curve's kind)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["path", "lambda", *PER_LAMBDA_KEYS])
-    paths = {"interpolation": result.path, "random-direction": result.baseline}
-    for name, path in paths.items():
+    paths = [("interpolation", result.path), ("random-direction", result.baseline), *more]
+    for name, path in paths:
         for row in path.rows() if path is not None else []:
             values = ["" if row[k] is None else repr(float(row[k])) for k in PER_LAMBDA_KEYS]
             writer.writerow([name, repr(float(row["lambda"])), *values])

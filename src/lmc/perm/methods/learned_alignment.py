@@ -94,7 +94,7 @@ from .orthogonal_weight_matching import (
     orthogonal_weight_matching,
 )
 from .registry import AlignJob, AlignmentMethod, MethodOutput, MethodSetting, register_method
-from .straight_through import aliased_names, holdout_split
+from .straight_through import aliased_names, holdout_split, training_batches
 
 #: How λ is drawn at each step (module docstring).
 LAMBDA_SAMPLING = ("uniform", "midpoint")
@@ -407,11 +407,9 @@ def learned_alignment(
         best_loss = initial_loss = holdout_loss(best)
         best_step = 0
         stale = 0  # judgements in a row without improvement (patience)
-        order = torch.empty(0, dtype=torch.long)
+        batches = training_batches(x_train.shape[0], batch_size, gen, device)
         for step in progress(range(1, steps + 1), quiet=quiet, desc="learned alignment"):
-            if order.numel() < min(batch_size, x_train.shape[0]):
-                order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
-            idx, order = order[:batch_size].to(device), order[batch_size:]
+            idx = next(batches)
             lams = draw()
             with record_function("learned.maps"):
                 rotations = _rotations(skews, invertible, planes)

@@ -24,6 +24,7 @@ that criterion.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -92,6 +93,23 @@ def holdout_split(
         inputs[n - holdout :],
         labels[n - holdout :],
     )
+
+
+def training_batches(
+    n: int, batch_size: int, generator: torch.Generator, device: torch.device
+) -> Iterator[torch.Tensor]:
+    """Endless batches of indices (int64, on ``device``) into ``n`` training examples, at most
+    ``batch_size`` each, cut from a stream of random orders: a fresh ``torch.randperm(n)`` from
+    ``generator`` is appended whenever fewer than ``min(batch_size, n)`` indices are left (the
+    rest carried over). An order is drawn only when the batch that needs it is asked for, so
+    other draws from ``generator`` between batches keep their place. Shared by STE and learned
+    alignment."""
+    order = torch.empty(0, dtype=torch.long)
+    while True:
+        if order.numel() < min(batch_size, n):
+            order = torch.cat([order, torch.randperm(n, generator=generator)])
+        idx, order = order[:batch_size].to(device), order[batch_size:]
+        yield idx
 
 
 def aliased_names(model: nn.Module) -> set[str]:
@@ -214,11 +232,9 @@ def ste_matching(
                 if seen[key] < best_loss:
                     best_perm, best_loss, best_step = perm, seen[key], step
 
-        order = torch.empty(0, dtype=torch.long)
+        batches = training_batches(x_train.shape[0], batch_size, gen, device)
         for step in progress(range(1, steps + 1), quiet=quiet, desc="STE"):
-            if order.numel() < min(batch_size, x_train.shape[0]):
-                order = torch.cat([order, torch.randperm(x_train.shape[0], generator=gen)])
-            idx, order = order[:batch_size].to(device), order[batch_size:]
+            idx = next(batches)
             if step > 1:
                 project_and_score(step)
             out = functional_call(model_a, midpoint(perm, True), (x_train[idx],))
