@@ -14,7 +14,11 @@ DINOv2's layer scales (a module per branch) and a CaiT-style one (a parameter of
 folded into the layer that writes the branch, and DINOv2's classifier reading the class token
 and the mean-pooled tokens side by side; Bloom's norm of the embedding lookup, folded into the
 table's rows; the heads of fused q/k/v projections -- GPT-NeoX's, interleaved per head, and
-Phi-3's, cut apart by slicing -- with their maps within heads. The refused ones: norms after a
+Phi-3's, cut apart by slicing -- with their maps within heads; multi-query attention (one
+key/value head, a head group of one unit: Falcon's default, GPTBigCode's, a Llama with one
+key/value head, lmc's own llama, and hand-written ones) with one map within it per layer shared
+by every query head; Qwen3's q/k norms per head, under which whole heads move and v/o keep
+their maps but no q/k map is offered. The refused ones: norms after a
 branch's output (OLMo 2), a model that returns its stream (no head), a mixture-of-experts router
 the tracer does not follow, a per-feature scale of the stream itself (not of a branch), and
 ``nn.TransformerEncoderLayer``, whose fused inference path reads its norms' parameters itself
@@ -32,6 +36,7 @@ import torch
 from torch import nn
 
 from lmc.config import LmcError
+from lmc.models import build
 from lmc.perm import (
     Alignment,
     Orthogonal,
@@ -140,6 +145,72 @@ def _phi3(kv_heads: int) -> nn.Module:
                     num_key_value_heads=kv_heads)  # fmt: skip
 
 
+def _qwen3(kv_heads: int) -> nn.Module:
+    return _decoder("Qwen3Config", "Qwen3ForCausalLM", intermediate_size=48,
+                    num_key_value_heads=kv_heads, head_dim=WIDTH // HEADS)  # fmt: skip
+
+
+def _gpt_bigcode() -> nn.Module:
+    """GPTBigCode with its default multi-query attention: ``c_attn`` gives q for every head and
+    one k and one v, cut apart without a view into heads."""
+    return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(
+        vocab_size=VOCAB, n_embd=WIDTH, n_layer=2, n_head=HEADS, n_positions=T, n_inner=48,
+        multi_query=True, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))  # fmt: skip
+
+
+class MultiQueryLM(nn.Module):
+    """Pre-LN blocks of multi-query attention (one key/value head read by every query head, no
+    rotary embeddings) written by hand, two ways: ``fused``, one layer giving q, k and v, k and
+    v cut off it as ``(B, 1, T, d)`` without a view into heads (GPTBigCode's way) and read by
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)``; else separate layers, k and v
+    viewed as one head (``k.view(B, T, 1, d)``) and repeated by ``repeat_interleave``."""
+
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, WIDTH)
+        self.blocks = nn.ModuleList(_MultiQueryBlock(fused) for _ in range(2))
+        self.norm = nn.LayerNorm(WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+class _MultiQueryBlock(nn.Module):
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        d = WIDTH // HEADS
+        self.fused = fused
+        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        if fused:
+            self.qkv = nn.Linear(WIDTH, WIDTH + 2 * d)
+        else:
+            self.q = nn.Linear(WIDTH, WIDTH)
+            self.k, self.v = nn.Linear(WIDTH, d), nn.Linear(WIDTH, d)
+        self.out = nn.Linear(WIDTH, WIDTH)
+        self.fc1, self.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        d = WIDTH // HEADS
+        h = self.norm1(x)
+        attend = nn.functional.scaled_dot_product_attention
+        if self.fused:
+            q, k, v = self.qkv(h).unsqueeze(1).split([WIDTH, d, d], dim=3)
+            q = q.view(b, t, HEADS, d).transpose(1, 2)
+            y = attend(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            q = self.q(h).view(b, t, HEADS, d).transpose(1, 2)
+            k, v = (layer(h).view(b, t, 1, d).transpose(1, 2) for layer in (self.k, self.v))
+            y = attend(q, k.repeat_interleave(HEADS, dim=1), v.repeat_interleave(HEADS, dim=1),
+                       is_causal=True)  # fmt: skip
+        x = x + self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
+        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+
+
 WORKS = {
     "gemma": lambda: _decoder("GemmaConfig", "GemmaForCausalLM", intermediate_size=48,
                               num_key_value_heads=2, head_dim=WIDTH // HEADS),
@@ -150,17 +221,34 @@ WORKS = {
         vocab_size=VOCAB, hidden_size=WIDTH, n_layer=2, n_head=HEADS)),
     "gpt_neox": lambda: _gpt_neox(1.0),
     "phi3_gqa": lambda: _phi3(2),
+    "gpt_bigcode_mqa": _gpt_bigcode,
+    "qwen3_qk_norms": lambda: _qwen3(2),
 }  # fmt: skip
 
 #: the maps within heads each model admits (``<group suffix>:<kind>`` -> how many groups):
 #: q/k under rotary embeddings take one rotation and scaling per frequency plane, v/o any
 #: invertible map; partial rotary embeddings (GPT-NeoX's ``rotary_pct`` < 1) mix rotated and
-#: unrotated dims in one head, which no q/k group lmc knows keeps, so only v/o is offered there
+#: unrotated dims in one head, which no q/k group lmc knows keeps, so only v/o is offered there.
+#: Multi-query attention (one key/value head, a head group of one unit): one map per layer,
+#: shared by every query head. Qwen3's q/k norms (an RMSNorm with a gain over each head's dims)
+#: commute with no q/k map beyond permutations, so only v/o is offered there
 WITHIN = {
     "gpt_neox_full_rotary": (lambda: _gpt_neox(1.0), {"qk:rope": 2, "vo:invertible": 2}),
     "gpt_neox_partial_rotary": (lambda: _gpt_neox(0.5), {"vo:invertible": 2}),
     "phi3_gqa": (lambda: _phi3(2), {"qk:rope": 2, "vo:invertible": 2}),
     "phi3_mha": (lambda: _phi3(HEADS), {"qk:rope": 2}),  # v/o: nested permutation groups
+    "falcon_mqa": (lambda: _decoder("FalconConfig", "FalconForCausalLM"),
+                   {"qk:rope": 2, "vo:invertible": 2}),
+    "gpt_bigcode_mqa": (_gpt_bigcode, {"qk:invertible": 2, "vo:invertible": 2}),
+    "llama_mqa": (lambda: _decoder("LlamaConfig", "LlamaForCausalLM", intermediate_size=48,
+                                   num_key_value_heads=1), {"qk:rope": 2, "vo:invertible": 2}),
+    "zoo_llama_mqa": (lambda: build("llama", vocab=VOCAB, context=T, width=WIDTH, depth=2,
+                                    heads=HEADS, kv_heads=1), {"qk:rope": 2, "vo:invertible": 2}),
+    "hand_written_mqa_view": (lambda: MultiQueryLM(fused=False),
+                              {"qk:invertible": 2, "vo:invertible": 2}),
+    "hand_written_mqa_fused": (lambda: MultiQueryLM(fused=True),
+                               {"qk:invertible": 2, "vo:invertible": 2}),
+    "qwen3_qk_norms_gqa": (lambda: _qwen3(2), {"vo:invertible": 2}),
 }  # fmt: skip
 
 REFUSED = {
@@ -240,7 +328,8 @@ def test_canonical_form_symmetries_and_orthogonal_recovery(name):
     assert _rel(_out(canon, x), y) < TOL
     (stream,) = [g for g, k in sym.kinds.items() if k == "orthogonal"]
     assert sym.group_sizes[stream] == WIDTH
-    assert not any("norm" in k for k in canon.state_dict())  # every gain folded
+    # every gain on the stream folded (Qwen3's q/k norms act within heads, not on the stream)
+    assert not any("norm" in k and "_norm" not in k for k in canon.state_dict())
     assert not any("scale" in k or "gamma" in k for k in canon.state_dict())  # layer scales too
     for kind in ("orthogonal", "invertible"):
         moved = _loaded(canon, random_alignment(sym, 7, kind).apply(sym, canon.state_dict()))
@@ -261,8 +350,8 @@ def test_canonical_form_symmetries_and_orthogonal_recovery(name):
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_refused_with_one_error_naming_the_module_and_permutations_still_work(name):
-    build, message = REFUSED[name]
-    model, x = _perturbed(build()), _input(name)
+    make, message = REFUSED[name]
+    model, x = _perturbed(make()), _input(name)
     other = _perturbed(copy.deepcopy(model), 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -285,9 +374,10 @@ def test_maps_within_heads_of_fused_projections_keep_the_function_and_are_learne
     from lmc.models.factory import HFLogits
     from lmc.perm.symmetries.transforms import Invertible, Permutation, RopePlanes
 
-    build, expected = WITHIN[name]
-    model, x = _perturbed(build()), _tokens()
+    make, expected = WITHIN[name]
+    model, x = _perturbed(make()), _tokens()
     y = _out(model, x)
+    wrap = not isinstance(model(x[:1]), torch.Tensor)  # a Hugging Face model's output
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         canon = canonicalize(model, x[:2])
@@ -307,13 +397,58 @@ def test_maps_within_heads_of_fused_projections_keep_the_function_and_are_learne
     # with every group moved too, and learned alignment returns a map for every within group
     other = _loaded(canon, random_alignment(sym, 13, "invertible").apply(sym, canon.state_dict()))
     assert _rel(_out(other, x), y) < TOL
+    a, b, prefix = (HFLogits(canon), HFLogits(other), "hf.") if wrap else (canon, other, "")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = align("learned", HFLogits(canon), HFLogits(other), inputs=x, labels=x.roll(-1, 1),
-                       task="next-token", steps=2, batch_size=len(x))  # fmt: skip
-    assert all(f"hf.{g}" in result.alignment for g in sym.within)
-    state = {k.removeprefix("hf."): v for k, v in result.state_dict.items()}
+        result = align("learned", a, b, inputs=x, labels=x.roll(-1, 1), task="next-token",
+                       steps=2, batch_size=len(x))  # fmt: skip
+    assert all(f"{prefix}{g}" in result.alignment for g in sym.within)
+    state = {k.removeprefix(prefix): v for k, v in result.state_dict.items()}
     assert _rel(_out(_loaded(canon, state), x), y) < TOL
+
+
+@pytest.mark.parametrize("kv_heads", [2, HEADS])
+def test_per_head_qk_norms_move_whole_heads_and_admit_no_qk_map(kv_heads):
+    """Qwen3's q/k norms (an RMSNorm with a gain over each head's dims, before RoPE): whole heads
+    still move (q's rows with their key/value head), the gains stay in place, no q/k map within
+    heads is offered (none beyond permutations commutes with the norm and RoPE), and v/o keep
+    theirs: grouped-query attention's maps within heads, or with a key/value head per query
+    head the nested group's invertible maps."""
+    model, x = _perturbed(_qwen3(kv_heads)), _tokens()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        canon = canonicalize(model, x[:2])
+        sym = symmetry_spec(canon, x[:2])
+    attn = "model.layers.0.self_attn"
+    (head,) = {seg.perm for seg in sym.spec[f"{attn}.q_proj.weight"][0]}
+    assert head is not None and sym.group_sizes[head] == kv_heads
+    assert f"{attn}.q_norm.weight" not in sym.spec.permuted_names
+    assert not any(g.endswith(":qk") for g in sym.within)
+    (v,) = {seg.perm for seg in sym.spec[f"{attn}.v_proj.weight"][0]}
+    if kv_heads < HEADS:
+        assert v == head and sym.within[f"{head}:vo"].kind == "invertible"
+    else:
+        assert sym.heads[v] == (head, HEADS) and sym.kinds[v] == "invertible"
+    moved = _loaded(canon, random_alignment(sym, 3, "invertible").apply(sym, canon.state_dict()))
+    assert _rel(_out(moved, x), _out(model, x)) < TOL
+
+
+def test_one_key_value_head_is_a_head_group_of_one_unit_shared_by_every_query_head():
+    """Multi-query attention: the key/value head is a head group of one unit (it permutes
+    nothing); q's rows and the output projection's columns are read in ``HEADS`` tiles of it,
+    so the maps within it act alike on every query head."""
+    model, x = _perturbed(_decoder("FalconConfig", "FalconForCausalLM")), _tokens()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sym = symmetry_spec(canonicalize(model, x[:2]), x[:2])
+    qkv = "transformer.h.0.self_attention.query_key_value.weight"
+    (head,) = {seg.perm for seg in sym.spec[qkv][0]}
+    assert sym.group_sizes[head] == 1
+    tiles = {m.name: m.tiles for m in sym.within[f"{head}:vo"].members}
+    assert (tiles[qkv], tiles["transformer.h.0.self_attention.dense.weight"]) == (1, HEADS)
+    qk = sym.within[f"{head}:qk"]
+    assert (qk.heads, qk.dim, sorted({m.tiles for m in qk.members})) == (1, WIDTH // HEADS,
+                                                                      [1, HEADS])  # fmt: skip
 
 
 def test_a_layer_scale_shared_by_two_branches_is_refused_in_one_line():

@@ -16,7 +16,7 @@ axis of which tensor) plus two things a permutation never needed:
   units, heads as wholes, any stream that still passes through a LayerNorm).
 - ``within``: groups of maps within attention heads where the permutation spec keeps the head
   dims in place (q/k under rotary embeddings: kind ``rope``; q/k and v/o of grouped-query
-  attention: ``invertible``), each nested in its head group
+  or multi-query attention: ``invertible``), each nested in its head group
   (:mod:`lmc.perm.symmetries.within_heads`). They are optional in an :class:`~lmc.perm.Alignment`
   (absent: the identity within heads).
 

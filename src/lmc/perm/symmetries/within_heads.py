@@ -10,8 +10,22 @@ per query head that reads it). Larger groups than permutations still act there:
 - q/k under RoPE: per head, per frequency plane (dims ``p`` and ``p + d/2``, the ``rotate_half``
   convention), one rotation and scaling on q and its inverse transpose on k
   (:class:`lmc.perm.symmetries.transforms.RopePlanes`, kind ``rope``; Tran et al., ICML 2026);
-- q/k without RoPE and v/o, with grouped-query attention: any invertible map per key/value
-  head, shared by the query heads that read it (kind ``invertible``).
+- q/k without RoPE and v/o, with grouped-query or multi-query attention: any invertible map
+  per key/value head, shared by the query heads that read it (kind ``invertible``).
+
+With multi-query attention (one key/value head read by every query head: Falcon's default,
+GPTBigCode's, a Llama-style model with one key/value head) the key/value head is a head group of
+one unit (it permutes nothing; :mod:`lmc.perm.symmetries.trace.result` keeps it for this): q's
+rows and the output projection's columns read it in ``heads`` tiles, so each of its maps (q/k:
+``rope`` under rotary embeddings, else ``invertible``; v/o: ``invertible``) is one map per
+layer, shared by every query head.
+
+A norm of q and k per head (Qwen3's ``q_norm`` / ``k_norm``: an RMSNorm with a gain over each
+head's dims, before RoPE) keeps the q/k dims within heads in place too (the trace: a reduction
+over each head's dims). A q/k map must then commute with the norm as well: a rotation within a
+rotary plane does only where the gain's two entries in that plane are equal, a scaling never,
+so no q/k candidate passes the check and q/k move with whole heads only; v/o, which the norms
+do not touch, keep their maps (grouped-query attention's, or the nested group's).
 
 Where one fused projection interleaves its pieces per head (GPT-NeoX's ``query_key_value``:
 each head's rows are its q, k and v dims in a row, cut apart by ``chunk`` after the view into

@@ -12,7 +12,14 @@
   their within-head dims, the scores carry the head group, and ``attn @ v`` gives v's dims,
   still split into heads.
 - A position-dependent map on the dims within heads (rotary embeddings: ``q * cos``, slices
-  of the head dims) leaves those dims in place, with a warning; whole heads still move.
+  of the head dims) leaves those dims in place, with a warning; whole heads still move. So does
+  a reduction over each head's dims (a norm per head: Qwen3's q/k norms).
+- One key/value head (multi-query attention) is split into a head of its own: viewed as one
+  (``k.view(B, T, 1, d)``), cut off a fused projection without a view (``(B, 1, T, d)``) and
+  repeated for the query heads (``repeat_kv``'s ``expand``, or ``enable_gqa``), or cut off a
+  view of all heads (Falcon's ``qkv.view(B, T, H + 2, d).split([H, 1, 1], dim=-2)``). The
+  query heads then move in one block with it, i.e. not at all, and the dims within it stay in
+  place (:mod:`lmc.perm.symmetries.within_heads` finds the maps within it).
 - ``chunk`` / ``split`` along the units cut a group into parts (a fused qkv projection).
 - A fused projection viewed as pieces side by side (``qkv.view(B, T, 3, H, d)``, timm's
   ``reshape(B, N, 3, H, d).permute(2, 0, 3, 1, 4)``) is a *stack*: its units are cut into the
@@ -91,6 +98,94 @@ def split_heads(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
             st.env[node] = HeadLayout(e, e + 1, seg.group, head, h, d)
             return True
     return False
+
+
+def _op_name(node: fx.Node) -> str:
+    t = node.target
+    return t if isinstance(t, str) else getattr(t, "_opname", None) or getattr(t, "__name__", "")
+
+
+def _one_head(st: TraceState, lay: Any, shape: tuple[int, ...] | None, head_dim: int) -> Any:
+    """The layout of one key/value head for a value whose units, one fresh group (not frozen,
+    nested, cut or in blocks), lie on its last dim and whose dim ``head_dim`` has size 1: its
+    group nested in a new head group of one unit; else ``None``."""
+    if not isinstance(lay, Layout) or shape is None or lay.dim != len(shape) - 1:
+        return None
+    if shape[head_dim] != 1 or len(lay.segs) != 1:
+        return None
+    seg = lay.segs[0]
+    if seg.group is None or seg.repeat != 1:
+        return None
+    r = st.uf.find(seg.group)
+    if st.uf.is_frozen(r) or st.uf.nest[r] or st.uf.parts[r] or st.uf.coarse[r]:
+        return None
+    head = st.uf.nest_in(seg.group, 1, f"{st.uf.name[r]}.heads")
+    if head is None:
+        return None
+    return HeadLayout(head_dim % len(shape), len(shape) - 1, seg.group, head, 1, shape[-1])
+
+
+def split_one_head(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
+    """``(..., T, d) -> (..., T, 1, d)`` by ``view`` / ``reshape`` (three dims at least): one
+    key/value head of multi-query attention (``k.view(B, T, kv_heads, d)`` with ``kv_heads =
+    1``), split into a head of its own as :func:`split_heads` splits several, so that rotary
+    embeddings or a norm per head leave its dims in place instead of freezing them."""
+    if _op_name(node) not in ("view", "reshape", "_unsafe_view"):
+        return False
+    xs, out = st.shape(x), st.shape(node)
+    if xs is None or out is None or len(xs) < 3 or tuple(out) != (*xs[:-1], 1, xs[-1]):
+        return False
+    one = _one_head(st, Layout(len(out) - 1, lay.segs) if lay.dim == len(xs) - 1 else None,
+                    out, len(out) - 2)  # fmt: skip
+    if one is None:
+        return False
+    st.env[node] = one
+    return True
+
+
+def _promote_one_head(st: TraceState, value: Any, head_dim: int) -> None:
+    """Give a value of one head that no view split (GPTBigCode's key, ``qkv.unsqueeze(1)`` cut
+    apart: ``(B, 1, T, d)``) the layout :func:`split_one_head` would (:func:`_one_head`)."""
+    one = _one_head(st, st.layout(value), st.shape(value), head_dim)
+    if one is not None:
+        st.env[value] = one
+
+
+def repeats_one_head(st: TraceState, x: Any, out: tuple[int, ...]) -> bool:
+    """Whether ``x.expand(out)`` repeats one key/value head for every query head as
+    ``repeat_kv`` does (``k[:, :, None].expand(B, 1, H, T, d)``, five dims) where ``k`` was
+    never split by a view (GPTBigCode's ``qkv.unsqueeze(1)`` cut apart); if so, ``x`` is given
+    the layout of one head (:func:`_promote_one_head`)."""
+    xs = st.shape(x)
+    if xs is None or len(xs) != 5 or len(out) != 5 or xs[1] != 1 or xs[2] != 1 or out[2] < 2:
+        return False
+    _promote_one_head(st, x, 1)
+    return isinstance(st.env.get(x), HeadLayout)
+
+
+def reduce_heads(st: TraceState, node: fx.Node, lay: HeadLayout, dims: list[int]) -> None:
+    """A reduction of a value split into heads over ``dims`` (non-negative): over the dims
+    within heads (and others, not the heads), a statistic per head (the mean square of an
+    RMSNorm over each head, Qwen3's q/k norms): the dims within heads stay in place, whole
+    heads move; over other dims only, both move down; over the heads, not followed."""
+    x = node.args[0]
+    xs, out = st.shape(x), st.shape(node)
+    if lay.head_dim in dims:
+        return st.unknown(node, "reduces over attention heads")
+    keep = len(out) == len(xs)
+
+    def moved(k: int) -> int:
+        return k if keep else k - sum(d < k for d in dims)
+
+    if lay.dim in dims:
+        _head_message(st, node, "reduces over the dims within each head")
+        st.uf.freeze_within(lay.group)
+        st.env[node] = Layout(moved(lay.head_dim), (Seg(lay.heads, lay.n_heads, 1),))
+        return
+    hd, wd = moved(lay.head_dim), moved(lay.dim)
+    if out[hd] != lay.n_heads or out[wd] != lay.d:
+        return st.unknown(node)
+    st.env[node] = lay._replace(head_dim=hd, dim=wd)
 
 
 def stack_pieces(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
@@ -398,6 +493,9 @@ def sdpa(st: TraceState, node: fx.Node) -> None:
         n_q, n_kv = shapes[0][-3], shapes[1][-3]
         if n_q % n_kv or shapes[2][-3] != n_kv:
             return st.unknown(node, "groups query heads over shared key/value heads")
+        if n_kv == 1 and isinstance(st.env.get(q), HeadLayout):  # multi-query attention
+            for t in (k, v):
+                _promote_one_head(st, t, len(st.shape(t)) - 3)
         for t in (k, v):
             lay = repeated(st, node, t, len(st.shape(t)) - 3, n_q // n_kv)
             if lay is False:
@@ -456,6 +554,46 @@ def _cut(st: TraceState, segs: tuple[Seg, ...], bounds: list[int]) -> list[tuple
     return [tuple(p) for p in pieces]
 
 
+def _fresh_heads(st: TraceState, lay: HeadLayout) -> bool:
+    """Whether the heads of ``lay`` were just split off its group, by one view, and nothing
+    else has been said of them: the head group is in no union, nor frozen, cut or in blocks;
+    the group is nested in it alone, its dims within heads free."""
+    uf = st.uf
+    r, h = uf.find(lay.group), uf.find(lay.heads)
+    if uf.nest[r] is None or uf.find(uf.nest[r][0]) != h or uf.within_frozen[r]:
+        return False
+    if uf.frozen[r] or uf.parts[r] or uf.coarse[r] or uf.frozen[h] or uf.parts[h]:
+        return False
+    if uf.coarse[h] or uf.nest[h]:
+        return False
+    others = sum(1 for i in range(len(uf.parent)) if uf.find(i) == h)
+    nested = sum(1 for i in range(len(uf.parent)) if uf.nest[i] and uf.find(uf.nest[i][0]) == h)
+    return others == 1 and nested == 1
+
+
+def _cut_heads(st: TraceState, node: fx.Node, lay: HeadLayout, sizes: list[int] | None) -> bool:
+    """``split`` of a value split into heads along its heads (Falcon's multi-query
+    ``qkv.view(B, T, H + 2, d).split([H, 1, 1], dim=-2)``: the query heads, one key head, one
+    value head): where the heads were just split off a group by one view
+    (:func:`_fresh_heads`), that group is cut into the pieces instead (as ``chunk`` of its
+    units would), and each piece split into its own heads. Otherwise not followed."""
+    if not sizes or len(sizes) < 2 or sum(sizes) != lay.n_heads or not _fresh_heads(st, lay):
+        return False
+    r = st.uf.find(lay.group)
+    st.uf.nest[r] = None  # the heads of the whole view are given up for the pieces' own
+    parts = st.uf.split(lay.group, [n * lay.d for n in sizes], st.uf.name[r])
+    if parts is None:
+        return False
+    items: list[Any] = []
+    for part, n in zip(parts, sizes):
+        head = st.uf.nest_in(part, n, f"{st.uf.name[st.uf.find(part)]}.heads")
+        if head is None:
+            return False
+        items.append(HeadLayout(lay.head_dim, lay.dim, part, head, n, lay.d))
+    st.env[node] = Items(items)
+    return True
+
+
 def chunk(st: TraceState, node: fx.Node) -> None:
     """``chunk`` / ``split`` (a tuple of pieces along ``dim``) and ``unbind``."""
     x = node.args[0]
@@ -478,6 +616,8 @@ def chunk(st: TraceState, node: fx.Node) -> None:
     count = xs[dim] if name == "unbind" else len(sizes)
     shift = (lambda k: k - (k > dim)) if name == "unbind" else (lambda k: k)
     if isinstance(lay, HeadLayout):
+        if dim == lay.head_dim and name != "unbind" and _cut_heads(st, node, lay, sizes):
+            return
         if dim == lay.head_dim or (dim == lay.dim and name == "unbind"):
             return st.unknown(node, "cuts attention heads apart")
         if dim == lay.dim:

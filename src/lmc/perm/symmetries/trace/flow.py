@@ -166,6 +166,8 @@ def reshape(st: TraceState, node: fx.Node) -> None:
         return attention.reshape_heads(st, node, x, lay)
     if not isinstance(lay, Layout) or st.shape(node) is None:
         return st.unknown(node)
+    if attention.split_one_head(st, node, x, lay):
+        return
     new = reshape_layout(st.shape(x), st.shape(node), lay)
     if new is None and attention.split_heads(st, node, x, lay):
         return
@@ -201,6 +203,8 @@ def expand(st: TraceState, node: fx.Node) -> None:
     if xs is None or out is None or not isinstance(lay, (Layout, HeadLayout)):
         return st.unknown(node)
     shift = len(out) - len(xs)
+    if isinstance(lay, Layout) and attention.repeats_one_head(st, x, out):
+        lay = st.env[x]
     if isinstance(lay, HeadLayout):
         hd, wd = lay.head_dim + shift, lay.dim + shift
         if out[hd] == xs[lay.head_dim] and out[wd] == xs[lay.dim]:
@@ -261,7 +265,8 @@ def transpose(st: TraceState, node: fx.Node) -> None:
 
 def reduce(st: TraceState, node: fx.Node) -> None:
     """``mean``, ``sum``, ``amax``, ...: over the unit dim the result is unpermuted; over other
-    dims the units move down by the number of reduced dims before them (unless keepdim)."""
+    dims the units move down by the number of reduced dims before them (unless keepdim). A
+    value split into heads: see :func:`attention.reduce_heads`."""
     x, dim = node.args[0], st.arg(node, 1, "dim", None)
     xs, out, lay = st.shape(x), st.shape(node), st.layout(x)
     dims = [] if dim is None else [dim] if not isinstance(dim, (list, tuple)) else list(dim)
@@ -269,7 +274,11 @@ def reduce(st: TraceState, node: fx.Node) -> None:
         return st.unknown(node)  # over computed dims
     if lay is None or not dims:
         return st.unpermuted(node, x)  # a full reduction ignores the order of units
+    if not isinstance(lay, (Layout, HeadLayout)):
+        return st.unknown(node, "reduces a tuple or a stack of pieces")
     dims = [d % len(xs) for d in dims]
+    if isinstance(lay, HeadLayout):
+        return attention.reduce_heads(st, node, lay, dims)
     if lay.dim in dims:
         st.env[node] = None  # summing over units: order does not matter
         return

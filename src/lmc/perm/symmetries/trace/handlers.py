@@ -106,6 +106,7 @@ HEAD_AWARE: frozenset[Handler] = frozenset(
         flow.pointwise_module,
         flow.data_first,
         flow.reshape,
+        flow.reduce,
         flow.expand,
         flow.permute,
         flow.transpose,

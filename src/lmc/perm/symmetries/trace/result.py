@@ -12,7 +12,10 @@ each head must stay in place (RoPE), its segment becomes one of the head group w
 
 A group that moves in blocks (grouped-query attention's query heads, in blocks of the query
 heads that share a key/value head) is written as its blocks' group, each unit ``factor`` times
-wider; a nested group whose heads move in blocks keeps its dims within heads in place.
+wider; a nested group whose heads move in blocks keeps its dims within heads in place. A head
+group of one unit (multi-query attention's one key/value head, read by every query head) is
+kept where its dims within heads stay in place: it permutes nothing, but the maps within that
+head (:mod:`lmc.perm.symmetries.within_heads`) nest in it.
 """
 
 from __future__ import annotations
@@ -54,12 +57,15 @@ class _GroupNames:
         self.uf = st.uf
         self.names: dict[int, str] = {}
         self.used: set[str] = set()
+        self.singles = _single_heads(self.uf)
 
     def __call__(self, group: int | None) -> str | None:
+        """The name of ``group``, or ``None`` where it is frozen or has one unit (unless it is
+        in ``singles``: a head group whose dims within heads stay in place)."""
         if group is None:
             return None
         r = self.uf.find(group)
-        if self.uf.frozen[r] or self.uf.size[r] < 2:
+        if self.uf.frozen[r] or (self.uf.size[r] < 2 and r not in self.singles):
             return None
         if r not in self.names:
             base = self.uf.name[r]
@@ -69,6 +75,24 @@ class _GroupNames:
             self.used.add(label)
             self.names[r] = label
         return self.names[r]
+
+
+def _single_heads(uf: Any) -> set[int]:
+    """The roots of the head groups of one unit (followed through the blocks they move in)
+    that a nested group with its dims within heads in place is nested in (see the module
+    docstring: multi-query attention's key/value head)."""
+    out: set[int] = set()
+    for i in range(len(uf.parent)):
+        if uf.find(i) != i or uf.nest[i] is None or uf.frozen[i]:
+            continue
+        head = uf.find(uf.nest[i][0])
+        if not (uf.within_frozen[i] or uf.coarse[head] is not None):
+            continue
+        while uf.coarse[head] is not None:
+            head = uf.find(uf.coarse[head][0])
+        if uf.size[head] == 1:
+            out.add(head)
+    return out
 
 
 def build_result(st: TraceState) -> TraceResult:
