@@ -97,16 +97,25 @@ class ScaledBlockLM(nn.Module):
 
     def __init__(self, stream_scale: bool = False) -> None:
         super().__init__()
-        self.tok = nn.Embedding(VOCAB, WIDTH)
-        self.blocks = nn.ModuleList(_ScaledBlock(stream_scale) for _ in range(2))
-        self.norm = nn.LayerNorm(WIDTH)
-        self.head = nn.Linear(WIDTH, VOCAB)
+        _pre_ln_lm(self, [_ScaledBlock(stream_scale) for _ in range(2)])
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.tok(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x))
+        return _pre_ln_forward(self, idx)
+
+
+def _pre_ln_lm(model: nn.Module, blocks: list[nn.Module]) -> None:
+    """Give ``model`` a token embedding, ``blocks``, a final LayerNorm and a head."""
+    model.tok = nn.Embedding(VOCAB, WIDTH)
+    model.blocks = nn.ModuleList(blocks)
+    model.norm = nn.LayerNorm(WIDTH)
+    model.head = nn.Linear(WIDTH, VOCAB)
+
+
+def _pre_ln_forward(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    x = model.tok(idx)
+    for block in model.blocks:
+        x = block(x)
+    return model.head(model.norm(x))
 
 
 class _ScaledBlock(nn.Module):
@@ -167,16 +176,10 @@ class MultiQueryLM(nn.Module):
 
     def __init__(self, fused: bool) -> None:
         super().__init__()
-        self.tok = nn.Embedding(VOCAB, WIDTH)
-        self.blocks = nn.ModuleList(_MultiQueryBlock(fused) for _ in range(2))
-        self.norm = nn.LayerNorm(WIDTH)
-        self.head = nn.Linear(WIDTH, VOCAB)
+        _pre_ln_lm(self, [_MultiQueryBlock(fused) for _ in range(2)])
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.tok(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x))
+        return _pre_ln_forward(self, idx)
 
 
 class _MultiQueryBlock(nn.Module):
