@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import warnings
 
 import pytest
@@ -214,6 +215,85 @@ class _MultiQueryBlock(nn.Module):
         return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
 
 
+class _GatedFalconBlock(nn.Module):
+    """Falcon's multi-query split of one view of every head (``qkv.view(B, T, H + 2, d)
+    .split([H, 1, 1])``) whose view is read again: a statistic per head of the view (the mean
+    square of each head's dims) gates a layer, so the view's heads are not the split's alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        d = WIDTH // HEADS
+        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.qkv, self.out = nn.Linear(WIDTH, WIDTH + 2 * d), nn.Linear(WIDTH, WIDTH)
+        self.gate, self.proj = nn.Linear(WIDTH, HEADS + 2), nn.Linear(HEADS + 2, WIDTH)
+        self.fc1, self.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.norm1(x)
+        view = self.qkv(h).view(b, t, HEADS + 2, WIDTH // HEADS)
+        q, k, v = (z.transpose(1, 2) for z in view.split([HEADS, 1, 1], dim=2))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
+        x = x + self.proj(view.pow(2).mean(-1) * self.gate(h))
+        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+
+
+class _NoMapBlock(nn.Module):
+    """Multi-query attention whose one key/value head admits no map within it: q and k each
+    normalised over the head's dims (an RMSNorm without a gain, which no invertible map and
+    no scaling of a rotary plane commutes with), v's dims scaled by a gain of their own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        d = WIDTH // HEADS
+        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.q, self.k, self.v = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, d), nn.Linear(WIDTH, d)
+        self.v_gain = nn.Parameter(torch.linspace(0.5, 1.5, d))
+        self.out = nn.Linear(WIDTH, WIDTH)
+        self.fc1, self.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        d = WIDTH // HEADS
+        h = self.norm1(x)
+        q = self.q(h).view(b, t, HEADS, d).transpose(1, 2)
+        k, v = (layer(h).view(b, t, 1, d).transpose(1, 2) for layer in (self.k, self.v))
+        q, k = (z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-6) for z in (q, k))
+        y = nn.functional.scaled_dot_product_attention(q, k, v * self.v_gain, enable_gqa=True)
+        x = x + self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
+        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+
+
+class _BroadcastBlock(_MultiQueryBlock):
+    """Multi-query attention written with products that broadcast the one key/value head
+    (``q @ k.transpose(-2, -1)`` with ``k`` of shape ``(B, 1, T, d)``), as older code does."""
+
+    def __init__(self) -> None:
+        super().__init__(fused=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        d = WIDTH // HEADS
+        h = self.norm1(x)
+        q = self.q(h).view(b, t, HEADS, d).transpose(1, 2)
+        k, v = (layer(h).view(b, t, 1, d).transpose(1, 2) for layer in (self.k, self.v))
+        y = ((q @ k.transpose(-2, -1)) / math.sqrt(d)).softmax(-1) @ v
+        x = x + self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
+        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+
+
+class BlocksLM(nn.Module):
+    """Token embedding, two blocks of ``block``, a final LayerNorm and a head."""
+
+    def __init__(self, block: type[nn.Module]) -> None:
+        super().__init__()
+        _pre_ln_lm(self, [block() for _ in range(2)])
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return _pre_ln_forward(self, idx)
+
+
 WORKS = {
     "gemma": lambda: _decoder("GemmaConfig", "GemmaForCausalLM", intermediate_size=48,
                               num_key_value_heads=2, head_dim=WIDTH // HEADS),
@@ -226,6 +306,7 @@ WORKS = {
     "phi3_gqa": lambda: _phi3(2),
     "gpt_bigcode_mqa": _gpt_bigcode,
     "qwen3_qk_norms": lambda: _qwen3(2),
+    "falcon_split_view_read_again": lambda: BlocksLM(_GatedFalconBlock),
 }  # fmt: skip
 
 #: the maps within heads each model admits (``<group suffix>:<kind>`` -> how many groups):
@@ -332,7 +413,7 @@ def test_canonical_form_symmetries_and_orthogonal_recovery(name):
     (stream,) = [g for g, k in sym.kinds.items() if k == "orthogonal"]
     assert sym.group_sizes[stream] == WIDTH
     # every gain on the stream folded (Qwen3's q/k norms act within heads, not on the stream)
-    assert not any("norm" in k and "_norm" not in k for k in canon.state_dict())
+    assert not any("norm" in k and not re.search(r"\.[qk]_norm\.", k) for k in canon.state_dict())
     assert not any("scale" in k or "gamma" in k for k in canon.state_dict())  # layer scales too
     for kind in ("orthogonal", "invertible"):
         moved = _loaded(canon, random_alignment(sym, 7, kind).apply(sym, canon.state_dict()))
@@ -466,3 +547,93 @@ def test_a_half_precision_canonical_form_that_does_not_run_is_refused():
     model = _perturbed(EncoderLayerLM()).to(torch.bfloat16)
     with pytest.raises(LmcError, match="does not run with its norms"):
         canonicalize(model, _tokens())
+
+
+class _ViewsLM(nn.Module):
+    """No attention: a hidden layer viewed as ``(B, T, 1, C)`` (as one key/value head would be)
+    and then ``how``: stacked with another branch by ``cat`` and summed over the new dim, put
+    through a LayerNorm module, read by a Linear, or normalised by its own mean square. (With
+    ``cat``, the two branches are summed: one group.)"""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.tok = nn.Embedding(VOCAB, WIDTH)
+        self.a, self.b = nn.Linear(WIDTH, 48), nn.Linear(WIDTH, 48)
+        self.ln = nn.LayerNorm(48)
+        self.c = nn.Linear(48, 48)
+        self.head = nn.Linear(48, VOCAB)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx)
+        n, t, _ = x.shape
+        h = torch.relu(self.a(x)).view(n, t, 1, 48)
+        if self.how == "cat":
+            h = torch.cat([h, torch.relu(self.b(x)).view(n, t, 1, 48)], dim=2).sum(2)
+        elif self.how == "layer_norm":
+            h = self.ln(h).squeeze(2)
+        elif self.how == "linear":
+            h = self.c(h).view(n, t, 48)
+        else:  # "mean_square"
+            h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).view(n, t, 48)
+        return self.head(torch.relu(h))
+
+
+@pytest.mark.parametrize(
+    ("how", "groups"),
+    [("cat", {"tok", "a"}), ("layer_norm", {"tok", "a"}), ("linear", {"tok", "a", "c"}),
+     ("mean_square", {"tok", "a"})],
+)  # fmt: skip
+def test_a_view_of_one_head_that_feeds_no_attention_is_a_plain_reshape(how, groups):
+    """``(B, T, C) -> (B, T, 1, C)`` is one key/value head only where it feeds attention;
+    elsewhere the layers around it keep their groups, without a warning."""
+    model, x = _perturbed(_ViewsLM(how)), _tokens()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sym = symmetry_spec(model, x[:2])
+    assert set(sym.group_sizes) == groups and not sym.within
+    moved = _loaded(model, random_alignment(sym, 3, "permutation").apply(sym, model.state_dict()))
+    assert _rel(_out(moved, x), _out(model, x)) < TOL
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_maps_within_heads_of_a_model_with_a_tied_head_are_found(kv_heads):
+    """A Llama whose head is tied to its embedding (``tie_word_embeddings``: one tensor under
+    two names), with grouped-query or multi-query attention, not canonicalised (the tie
+    kept): the numerical check runs the model with the tied tensor given once, and finds the
+    maps within heads."""
+    llama = _decoder("LlamaConfig", "LlamaForCausalLM", intermediate_size=48,
+                     num_key_value_heads=kv_heads, tie_word_embeddings=True)  # fmt: skip
+    model, x = _perturbed(llama), _tokens()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sym = symmetry_spec(model, x[:2])
+    kinds = sorted(f"{g.rpartition(':')[2]}:{w.kind}" for g, w in sym.within.items())
+    assert kinds == ["qk:rope", "qk:rope", "vo:invertible", "vo:invertible"]
+    state = random_alignment(sym, 5, "invertible").apply(sym, model.state_dict())
+    assert torch.equal(state["lm_head.weight"], state["model.embed_tokens.weight"])
+    assert _rel(_out(_loaded(model, state), x), _out(model, x)) < TOL
+
+
+def test_a_broadcast_product_with_one_key_value_head_is_said_aloud():
+    """``q @ k.transpose(-2, -1)`` broadcasting one key/value head over the query heads is not
+    followed: what it touches stays in place, with a warning naming the product."""
+    model, x = _perturbed(BlocksLM(_BroadcastBlock)), _tokens()
+    with pytest.warns(UserWarning, match=r"node 'matmul' .* do not line up"):
+        sym = symmetry_spec(model, x[:2])
+    moved = _loaded(model, random_alignment(sym, 3, "invertible").apply(sym, model.state_dict()))
+    assert _rel(_out(moved, x), _out(model, x)) < TOL
+
+
+def test_a_key_value_head_that_admits_no_map_within_it_is_no_group():
+    """A head group of one unit is kept for the maps within it; where none passes the check
+    (q/k normalised per head, v scaled per dim) it is dropped: no group that cannot move."""
+    model, x = _perturbed(BlocksLM(_NoMapBlock)), _tokens()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sym = symmetry_spec(model, x[:2])
+    assert not sym.within
+    assert all(n > 1 for n in sym.group_sizes.values()), sym.group_sizes
+    assert "blocks.0.fc1" in sym.group_sizes
+    moved = _loaded(model, random_alignment(sym, 3, "invertible").apply(sym, model.state_dict()))
+    assert _rel(_out(moved, x), _out(model, x)) < TOL

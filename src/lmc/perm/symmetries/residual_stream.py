@@ -59,7 +59,7 @@ from .axis_roles import NORM_TYPES, derive_roles
 from .example_inputs import example_input as make_example
 from .example_inputs import unwrap
 from .trace import TraceResult, trace_model
-from .trace.handlers import function_name
+from .trace.names import function_name, op_name
 from .trace.tables import (
     EXPANDS,
     METADATA,
@@ -362,10 +362,7 @@ def _stream_group(trace: TraceResult) -> str | None:
     """The group the most residual additions join (module docstring)."""
     counts: dict[str, int] = {}
     for node in trace.graph.graph.nodes:
-        if node.op not in ("call_function", "call_method"):
-            continue
-        name = function_name(node.target) if node.op == "call_function" else node.target
-        if name not in _ADDS:
+        if op_name(node) not in _ADDS:
             continue
         groups = []  # a stream's features are its values' last dim (not heads, not RoPE halves)
         for a in node.all_input_nodes:

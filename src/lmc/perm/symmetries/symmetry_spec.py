@@ -33,6 +33,7 @@ a fused qkv layer); the second side is ``in``, since ``qᵀk = (A q)ᵀ (A⁻ᵀ
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,7 @@ from torch import nn
 from lmc.config import LmcError
 
 from .axis_roles import NORM_TYPES, RoleKey, derive_roles, layer_role
-from .permutation_spec import PermutationSpec
+from .permutation_spec import PermutationSpec, Segment
 from .residual_stream import traced_layout
 from .trace import trace_model
 from .transforms import KINDS, ROLES, kind_rank
@@ -198,7 +199,9 @@ def symmetry_spec(
 ) -> SymmetrySpec:
     """The :class:`SymmetrySpec` of ``model``: its traced permutation spec (or ``spec``), the
     roles of every permuted axis, the admissible kind of every group, and the groups of maps
-    within heads the spec keeps in place (:mod:`lmc.perm.symmetries.within_heads`).
+    within heads the spec keeps in place (:mod:`lmc.perm.symmetries.within_heads`). A traced
+    head group of one unit (multi-query attention's key/value head) is kept only where a within
+    group nests in it: otherwise it permutes nothing and is left out (its axes fixed).
 
     Canonicalise a pre-norm transformer first
     (:func:`lmc.perm.symmetries.canonical_form.canonicalize`) for its stream to admit orthogonal
@@ -206,6 +209,7 @@ def symmetry_spec(
     the mean) and admits permutations only.
     """
     trace = trace_model(model, example_input, tracer=tracer)
+    traced = spec is None
     spec = trace.spec if spec is None else spec
     roles = derive_roles(model, spec, trace)
     layout = _layout(model, example_input, trace)
@@ -221,7 +225,58 @@ def symmetry_spec(
                             None if r is None else "norm" for r in roles[(name, axis)]
                         )
     within = find_within_groups(model, example_input, spec, roles, trace.collapsed)
+    if traced:
+        spec, roles, within = _without_idle_heads(spec, roles, within)
     return SymmetrySpec(spec, roles, derive_kinds(model, spec, roles, layout), within)
+
+
+def _without_idle_heads(
+    spec: PermutationSpec,
+    roles: dict[RoleKey, tuple[str | None, ...]],
+    within: dict[str, WithinGroup],
+) -> tuple[PermutationSpec, dict[RoleKey, tuple[str | None, ...]], dict[str, WithinGroup]]:
+    """The spec without the groups of one unit that carry nothing: the trace keeps a head
+    group of one unit (multi-query attention's key/value head) for the maps within it; where
+    no within group was found in it and no group nests in it, it permutes nothing and is
+    dropped (its segments become fixed), with the roles and within members renumbered."""
+    nesting = {head for head, _ in spec.heads.values()}
+    carrying = {w.head for w in within.values()}
+    idle = {g for g, n in spec.group_sizes.items() if n == 1 and g not in nesting | carrying}
+    if not idle:
+        return spec, roles, within
+    axes: dict[str, list[Any]] = {}
+    new_roles: dict[RoleKey, tuple[str | None, ...]] = {}
+    index: dict[tuple[str, int, int], int] = {}  # (name, axis, old segment) -> new segment
+    for name, entries in spec.axes.items():
+        axes[name] = []
+        for axis, entry in enumerate(entries):
+            if entry is None:
+                axes[name].append(None)
+                continue
+            segs: list[Segment] = []
+            kept: list[str | None] = []
+            for k, seg in enumerate(entry):
+                if seg.perm is None or seg.perm in idle:
+                    if segs and segs[-1].perm is None:
+                        segs[-1] = Segment(None, segs[-1].extent + seg.extent, 1)
+                    else:
+                        segs.append(Segment(None, seg.extent, 1))
+                        kept.append(None)
+                    continue
+                index[(name, axis, k)] = len(segs)
+                segs.append(seg)
+                kept.append(roles[(name, axis)][k])
+            permuted = any(seg.perm is not None for seg in segs)
+            axes[name].append(tuple(segs) if permuted else None)
+            if permuted:
+                new_roles[(name, axis)] = tuple(kept)
+    new_within = {
+        g: dataclasses.replace(w, members=tuple(
+            dataclasses.replace(m, segment=index[(m.name, m.axis, m.segment)])
+            for m in w.members))
+        for g, w in within.items()
+    }  # fmt: skip
+    return PermutationSpec(axes, spec.shapes, spec.heads), new_roles, new_within
 
 
 def default_orthogonal_groups(spec: SymmetrySpec) -> list[str]:

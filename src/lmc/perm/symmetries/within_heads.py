@@ -23,9 +23,12 @@ layer, shared by every query head.
 A norm of q and k per head (Qwen3's ``q_norm`` / ``k_norm``: an RMSNorm with a gain over each
 head's dims, before RoPE) keeps the q/k dims within heads in place too (the trace: a reduction
 over each head's dims). A q/k map must then commute with the norm as well: a rotation within a
-rotary plane does only where the gain's two entries in that plane are equal, a scaling never,
-so no q/k candidate passes the check and q/k move with whole heads only; v/o, which the norms
-do not touch, keep their maps (grouped-query attention's, or the nested group's).
+rotary plane does only where the gain's two entries in that plane are equal, and a per-plane
+scaling never does (a scaling of all a head's dims alike does, up to the norm's eps: the norm
+undoes it), so no q/k candidate passes the check and q/k move with whole heads only; v/o, which
+the norms do not touch, keep their maps (grouped-query attention's, or the nested group's). A
+head group of one unit in which no map passes is dropped from the symmetry spec
+(:func:`lmc.perm.symmetries.symmetry_spec.symmetry_spec`): it would permute nothing.
 
 Where one fused projection interleaves its pieces per head (GPT-NeoX's ``query_key_value``:
 each head's rows are its q, k and v dims in a row, cut apart by ``chunk`` after the view into
@@ -64,7 +67,7 @@ from lmc.config import LmcError
 
 from .example_inputs import output_tensor
 from .permutation_spec import PermutationSpec
-from .residual_stream import _as_double, _randomised
+from .residual_stream import _as_double, _randomised, _tied
 from .transforms import Invertible, RopePlanes, Transform, act_tiled
 
 #: relative change of the output below which a candidate map is taken to keep the function
@@ -172,11 +175,30 @@ def _sides(
     return sides
 
 
-def _output(model: nn.Module, state: Mapping[str, torch.Tensor], inputs: tuple) -> torch.Tensor:
-    out = output_tensor(functional_call(model, dict(state), inputs))
+def _output(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    inputs: tuple,
+    tied: tuple[tuple[str, ...], ...],
+) -> torch.Tensor:
+    """The model's output with ``state``, each tied tensor given once, under its first name
+    (``functional_call`` ties its other names to it, as the model does)."""
+    second = {name for group in tied for name in group[1:]}
+    given = {k: v for k, v in state.items() if k not in second}
+    out = output_tensor(functional_call(model, given, inputs))
     if out is None:
         raise LmcError("the model's output holds no floating tensor to compare")
     return out
+
+
+def _ties_kept(state: Mapping[str, torch.Tensor], tied: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether every tied tensor has one value under all its names in ``state`` (a map that
+    changes a tied tensor must change it under every name: it is one tensor)."""
+    for group in tied:
+        first = state[group[0]]
+        if not all(torch.equal(state[name], first) for name in group[1:]):
+            return False
+    return True
 
 
 def _apply(
@@ -224,10 +246,11 @@ def find_within_groups(
         return {}
     copy_ = _randomised(model)
     state = {k: v.detach() for k, v in copy_.state_dict().items()}
+    tied = _tied(copy_, set(state))  # a head tied to the embedding: one tensor, two names
     inputs = _as_double(example_input if isinstance(example_input, tuple) else (example_input,))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        base = _output(copy_, state, inputs)
+        base = _output(copy_, state, inputs, tied)
         scale = float(base.norm()) or 1.0
         gen = torch.Generator().manual_seed(0)
         found: dict[str, WithinGroup] = {}
@@ -235,8 +258,11 @@ def find_within_groups(
         def keeps(members: list[WithinMember], kind: str, n_heads: int, d: int) -> bool:
             cls = RopePlanes if kind == "rope" else Invertible
             t = cls.random(n_heads * d, gen, heads=n_heads, head=torch.arange(n_heads))
+            moved = _apply(spec, state, members, t, n_heads)
+            if not _ties_kept(moved, tied):
+                return False
             try:
-                y = _output(copy_, _apply(spec, state, members, t, n_heads), inputs)
+                y = _output(copy_, moved, inputs, tied)
             except Exception:  # noqa: BLE001 - a candidate the model cannot run is no symmetry
                 return False
             return float((y - base).norm()) <= CHECK_TOL * scale

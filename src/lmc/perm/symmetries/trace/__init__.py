@@ -19,7 +19,9 @@ How it works, and where each decision lives:
    move them, reductions over the units drop them, ``cat`` concatenates them); ``tables``
    lists which torch ops are of which kind; ``attention`` follows attention heads (split
    with ``view``, products of computed tensors solved like an einsum, ``nn.MultiheadAttention``,
-   fused projections cut with ``chunk`` / ``split``) and nests the q/k and v/o dims in them.
+   fused projections cut with ``chunk`` / ``split``) and nests the q/k and v/o dims in them;
+   ``attention_inputs`` finds, before the walk, the values that feed attention; ``names``
+   gives the name each op is known by.
 4. ``result``: every live group of two or more units becomes a permutation of the spec.
 
 What is left unpermuted, and why: the input (the data's order is given) and every group that

@@ -15,11 +15,12 @@
   of the head dims) leaves those dims in place, with a warning; whole heads still move. So does
   a reduction over each head's dims (a norm per head: Qwen3's q/k norms).
 - One key/value head (multi-query attention) is split into a head of its own: viewed as one
-  (``k.view(B, T, 1, d)``), cut off a fused projection without a view (``(B, 1, T, d)``) and
-  repeated for the query heads (``repeat_kv``'s ``expand``, or ``enable_gqa``), or cut off a
-  view of all heads (Falcon's ``qkv.view(B, T, H + 2, d).split([H, 1, 1], dim=-2)``). The
-  query heads then move in one block with it, i.e. not at all, and the dims within it stay in
-  place (:mod:`lmc.perm.symmetries.within_heads` finds the maps within it).
+  (``k.view(B, T, 1, d)``, where the view feeds attention: :mod:`.attention_inputs`), cut off
+  a fused projection without a view (``(B, 1, T, d)``) and repeated for the query heads
+  (``repeat_kv``'s ``expand``, or ``enable_gqa``), or cut off a view of all heads (Falcon's
+  ``qkv.view(B, T, H + 2, d).split([H, 1, 1], dim=-2)``, where nothing else reads that view's
+  heads). The query heads then move in one block with it, i.e. not at all, and the dims within
+  it stay in place (:mod:`lmc.perm.symmetries.within_heads` finds the maps within it).
 - ``chunk`` / ``split`` along the units cut a group into parts (a fused qkv projection).
 - A fused projection viewed as pieces side by side (``qkv.view(B, T, 3, H, d)``, timm's
   ``reshape(B, N, 3, H, d).permute(2, 0, 3, 1, 4)``) is a *stack*: its units are cut into the
@@ -38,7 +39,9 @@ from typing import Any
 from torch import fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
+from .names import op_name
 from .state import (
+    UNBOUND,
     HeadLayout,
     Items,
     LayerRecord,
@@ -100,11 +103,6 @@ def split_heads(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
     return False
 
 
-def _op_name(node: fx.Node) -> str:
-    t = node.target
-    return t if isinstance(t, str) else getattr(t, "_opname", None) or getattr(t, "__name__", "")
-
-
 def _one_head(st: TraceState, lay: Any, shape: tuple[int, ...] | None, head_dim: int) -> Any:
     """The layout of one key/value head for a value whose units, one fresh group (not frozen,
     nested, cut or in blocks), lie on its last dim and whose dim ``head_dim`` has size 1: its
@@ -126,17 +124,20 @@ def _one_head(st: TraceState, lay: Any, shape: tuple[int, ...] | None, head_dim:
 
 
 def split_one_head(st: TraceState, node: fx.Node, x: Any, lay: Layout) -> bool:
-    """``(..., T, d) -> (..., T, 1, d)`` by ``view`` / ``reshape`` (three dims at least): one
-    key/value head of multi-query attention (``k.view(B, T, kv_heads, d)`` with ``kv_heads =
-    1``), split into a head of its own as :func:`split_heads` splits several, so that rotary
-    embeddings or a norm per head leave its dims in place instead of freezing them."""
-    if _op_name(node) not in ("view", "reshape", "_unsafe_view"):
+    """``(..., T, d) -> (..., T, 1, d)`` by ``view`` / ``reshape`` (three dims at least) of a
+    value that feeds attention (``st.feeds_attention``): one key/value head of multi-query
+    attention (``k.view(B, T, kv_heads, d)`` with ``kv_heads = 1``), split into a head of its
+    own as :func:`split_heads` splits several, so that rotary embeddings or a norm per head
+    leave its dims in place instead of freezing them. Elsewhere such a view is a plain
+    reshape (``False``)."""
+    if node not in st.feeds_attention or op_name(node) not in ("view", "reshape", "_unsafe_view"):
         return False
     xs, out = st.shape(x), st.shape(node)
     if xs is None or out is None or len(xs) < 3 or tuple(out) != (*xs[:-1], 1, xs[-1]):
         return False
-    one = _one_head(st, Layout(len(out) - 1, lay.segs) if lay.dim == len(xs) - 1 else None,
-                    out, len(out) - 2)  # fmt: skip
+    if lay.dim != len(xs) - 1:
+        return False
+    one = _one_head(st, Layout(len(out) - 1, lay.segs), out, len(out) - 2)
     if one is None:
         return False
     st.env[node] = one
@@ -392,8 +393,10 @@ def _solve(
         for _, c in live[1:]:
             if kind == "within":
                 st.uf.union(first.group, c.group)
-            else:
-                st.unify(first, c)
+                continue
+            was_live = st.live_groups(first) or st.live_groups(c)
+            if not st.unify(first, c) and was_live:  # heads of different counts (a broadcast)
+                st.warn(node, "multiplies permuted units that do not line up")
         carried[slot] = (kind, first)
     outputs = {s: v for s, v in carried.items() if isinstance(s, int)}
     within = [(s, c) for s, (k, c) in outputs.items() if k == "within"]
@@ -571,13 +574,42 @@ def _fresh_heads(st: TraceState, lay: HeadLayout) -> bool:
     return others == 1 and nested == 1
 
 
+def _read_only_by(st: TraceState, node: fx.Node, heads: int) -> bool:
+    """Whether the head group ``heads`` can reach nothing but ``node``: every value the walk
+    gave it to has one reader, ``node`` or another such value (the view into heads, the ops
+    that carry its layout to ``node``), and no state tensor is bound to it. Then giving those
+    heads up for others at ``node`` changes nothing anything else reads."""
+    h = st.uf.find(heads)
+
+    def carries(lay: Any) -> bool:
+        return lay is not None and any(
+            s.group is not None and st.uf.find(s.group) == h for s in lay.segs
+        )
+
+    carriers = {n for n, lay in st.env.items() if carries(lay)}
+    for n in carriers:
+        if len(n.users) != 1 or next(iter(n.users)) not in carriers | {node}:
+            return False
+    return not any(
+        entry is not UNBOUND and carries(Layout(0, entry))
+        for row in st.bind_map.values()
+        for entry in row
+        if entry is not None
+    )
+
+
 def _cut_heads(st: TraceState, node: fx.Node, lay: HeadLayout, sizes: list[int] | None) -> bool:
     """``split`` of a value split into heads along its heads (Falcon's multi-query
     ``qkv.view(B, T, H + 2, d).split([H, 1, 1], dim=-2)``: the query heads, one key head, one
     value head): where the heads were just split off a group by one view
     (:func:`_fresh_heads`), that group is cut into the pieces instead (as ``chunk`` of its
-    units would), and each piece split into its own heads. Otherwise not followed."""
+    units would), and each piece split into its own heads, where nothing but this ``split``
+    reads the heads of the view (:func:`_read_only_by`: the heads given up would otherwise
+    still move what else reads them, and the group no longer with them). Otherwise not
+    followed."""
     if not sizes or len(sizes) < 2 or sum(sizes) != lay.n_heads or not _fresh_heads(st, lay):
+        return False
+    if not _read_only_by(st, node, lay.heads):
         return False
     r = st.uf.find(lay.group)
     st.uf.nest[r] = None  # the heads of the whole view are given up for the pieces' own

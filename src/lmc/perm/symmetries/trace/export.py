@@ -4,7 +4,7 @@ Hugging Face models (GPT-2, BERT, ViT, ...) branch on their inputs and config in
 not trace symbolically; ``torch.export`` runs them on the example input instead and records the
 ATen ops they call (``aten.linear``, ``aten.addmm``, ``aten.view``, ``aten.split``,
 ``aten.scaled_dot_product_attention``, ...). The tracer's handlers know these ops by their
-names (:func:`.handlers.function_name`), so the exported graph is walked like a traced one.
+names (:func:`.names.function_name`), so the exported graph is walked like a traced one.
 
 The exported program takes the parameters and buffers as inputs; :func:`export_graph` turns
 each of those inputs back into a ``get_attr`` node reading the model's own tensor under its

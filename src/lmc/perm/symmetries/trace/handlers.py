@@ -10,12 +10,11 @@ not understood: the groups that flow into it stay unpermuted, with a warning.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
-import torch
 from torch import fx, nn
 
 from . import attention, flow, layers
+from .names import op_name
 from .state import TraceState
 from .tables import (
     ACTIVATION_MODULES,
@@ -26,7 +25,6 @@ from .tables import (
     CONVS,
     DATA_FIRST_ONLY,
     EXPANDS,
-    FUNCTION_MODULES,
     LAST_DIMS_NORMS,
     MATMULS,
     METADATA,
@@ -127,20 +125,6 @@ HEAD_AWARE: frozenset[Handler] = frozenset(
 )
 
 
-def function_name(target: Any) -> str | None:
-    """The name of a torch / operator / builtins / math function, else ``None`` (unknown).
-    An ATen op of an exported graph (``aten.view.default``) is known by its op name
-    (``view``): ATen ops take their tensors in the order of the torch functions of that name
-    (``aten.embedding``, which takes the table first, has a handler reading both orders)."""
-    if isinstance(target, torch._ops.OpOverload):
-        return target._opname if target.namespace == "aten" else None
-    module = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__name__", None)
-    if name is None or module.split(".")[0] not in FUNCTION_MODULES:
-        return None
-    return name
-
-
 def handler_for(st: TraceState, node: fx.Node) -> Handler | None:
     """The handler of a ``call_module``, ``call_function`` or ``call_method`` node."""
     if node.op == "call_module":
@@ -148,8 +132,7 @@ def handler_for(st: TraceState, node: fx.Node) -> Handler | None:
             if cls in HANDLERS:
                 return HANDLERS[cls]
         return None
-    name = function_name(node.target) if node.op == "call_function" else node.target
-    return HANDLERS.get(name)
+    return HANDLERS.get(op_name(node))
 
 
 def dispatch(st: TraceState, node: fx.Node) -> None:

@@ -15,7 +15,8 @@ heads that share a key/value head) is written as its blocks' group, each unit ``
 wider; a nested group whose heads move in blocks keeps its dims within heads in place. A head
 group of one unit (multi-query attention's one key/value head, read by every query head) is
 kept where its dims within heads stay in place: it permutes nothing, but the maps within that
-head (:mod:`lmc.perm.symmetries.within_heads`) nest in it.
+head (:mod:`lmc.perm.symmetries.within_heads`) nest in it (the symmetry spec drops it where none
+is found).
 """
 
 from __future__ import annotations

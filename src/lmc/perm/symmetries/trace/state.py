@@ -315,6 +315,8 @@ class TraceState:
         self.messages: list[str] = []
         self.consumers: list[LayerRecord] = []
         self.producers: list[LayerRecord] = []
+        # the nodes whose values feed attention (:mod:`.attention_inputs`; set by the walk)
+        self.feeds_attention: frozenset[fx.Node] = frozenset()
 
     # ---- reading the graph ---------------------------------------------------------------------
     def module(self, node: fx.Node) -> nn.Module:

@@ -24,6 +24,7 @@ from lmc.config import LmcError
 from lmc.models import eval_mode
 
 from ..permutation_spec import PermutationSpec
+from .attention_inputs import attention_inputs
 from .export import export_graph
 from .handlers import HANDLERS, dispatch
 from .result import TraceResult, build_result
@@ -155,6 +156,7 @@ def trace_model(model: nn.Module, example_input: Any, *, tracer: str = "auto") -
     gm, _ = graph_for(model, inputs, tracer)
     _propagate_shapes(model, gm, inputs)
     st = TraceState(gm, model.state_dict(keep_vars=True))
+    st.feeds_attention = attention_inputs(st)
     walk(st)
     result = build_result(st)
     for message in result.warnings:
