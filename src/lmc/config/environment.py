@@ -12,8 +12,23 @@ import torch
 import lmc
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux: ``model name`` in /proc/cpuinfo; else what ``platform``
+    knows, possibly empty). Two machines whose CPUs differ may round floats differently, so
+    a run retrained elsewhere need not be the same bits."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def environment_info(device: torch.device | str | None = None) -> dict[str, Any]:
-    """Versions of Python, lmc and the numeric libraries, the device and the machine."""
+    """Versions of Python, lmc and the numeric libraries, the device and the machine (its CPU
+    model and the vector instructions PyTorch's CPU kernels use, which set float rounding)."""
     import numpy
     import scipy
 
@@ -25,6 +40,8 @@ def environment_info(device: torch.device | str | None = None) -> dict[str, Any]
         "scipy": scipy.__version__,
         "platform": platform.platform(),
         "processor": platform.machine(),
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
