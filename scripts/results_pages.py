@@ -112,8 +112,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
 from lmc import stats as lstats
 
 try:
@@ -438,7 +436,7 @@ def _scalar(found: Found, agg: str | None) -> Any:
     if agg == "sum":
         return sum(values)
     if agg == "std":
-        return stats.tstd(values) if len(values) > 1 else math.nan
+        return lstats.summarize(values).std
     raise PageError(f"{agg!r} is not a single value")
 
 
@@ -450,7 +448,7 @@ def _interval(found: Found) -> tuple[float, float, int]:
         values = _finite(found)
         n = len(values)
         mean = sum(values) / n if n else math.nan
-        std = stats.tstd(values) if n > 1 else math.nan
+        std = lstats.summarize(values).std
     return mean, t_halfwidth(std, n), n
 
 

@@ -233,3 +233,14 @@ def test_docs_define_every_verdict_the_code_writes():
         generic = generic.replace("above 0.5", "above τ")
         assert f"`{generic}:" in section, generic
     assert "the interval admits ±X" in section and "(unpaired, Welch, n = n_a and n_b" in section
+
+
+def test_values_equal_up_to_rounding_have_no_spread():
+    # 0.1 three times averages to 0.10000000000000002 with deviations of ~1e-17: no spread, so
+    # the text is "0.100 ± 0", not eighteen digits of rounding noise
+    cell = stats.summarize([0.1, 0.1, 0.1])
+    assert cell.std == 0.0 and cell.half_width == 0.0
+    assert str(cell) == "0.100 ± 0 (n = 3)"
+    moved = stats.compare({0: 0.3, 1: 0.1, 2: 0.7}, {0: 0.4, 1: 0.2, 2: 0.8})  # 0.8 - 0.7 != 0.1
+    assert moved.std == 0.0 and stats.verdict(moved).startswith("higher in every pair: +0.100 ± 0 ")
+    assert stats.summarize([1.0, 1.0 + 1e-9, 1.0]).std > 0  # a real spread, however small, is kept

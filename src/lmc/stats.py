@@ -151,8 +151,24 @@ def _cell(finite: dict) -> Cell:
     n = int(array.size)
     if n == 0:
         return Cell(0, math.nan, math.nan, math.nan, {})
-    std = float(array.std(ddof=1)) if n > 1 else math.nan
+    std = _sample_std(array)
     return Cell(n, float(array.mean()), std, half_width(std, n), dict(finite))
+
+
+def _sample_std(array: np.ndarray) -> float:
+    """The sample standard deviation (ddof = 1; NaN below 2 values), 0 where it is rounding
+    noise: values equal up to float64 rounding (0.1 three times averages to 0.10000000000000002,
+    and its deviations are not 0) have no spread."""
+    if array.size < 2:
+        return math.nan
+    std = float(array.std(ddof=1))
+    if std <= _ROUNDING * float(np.abs(array).max()):
+        return 0.0
+    return std
+
+
+#: a standard deviation at most this times the largest magnitude is rounding noise
+_ROUNDING = 8 * float(np.finfo(np.float64).eps)
 
 
 # ---- comparing two cells ----------------------------------------------------------------------
@@ -224,7 +240,7 @@ def _paired(first: dict, second: dict, left_out: int) -> Comparison:
     d = np.array(list(diff.values()), dtype=np.float64)
     n = int(d.size)
     mean = float(d.mean()) if n else math.nan
-    std = float(d.std(ddof=1)) if n > 1 else math.nan
+    std = _sample_std(d)
     h = half_width(std, n)
     if n < 2:
         p = math.nan
