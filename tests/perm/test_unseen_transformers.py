@@ -183,6 +183,30 @@ class MultiQueryLM(nn.Module):
         return _pre_ln_forward(self, idx)
 
 
+def _add_output_and_mlp(block: nn.Module) -> None:
+    """Give a block the attention's output projection and a two-layer MLP."""
+    block.out = nn.Linear(WIDTH, WIDTH)
+    block.fc1, block.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
+
+
+def _output_and_mlp(block: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The rest of a pre-LN block after its attention's heads ``y`` (B, H, T, d): the output
+    projection added to the stream ``x``, then the MLP's branch."""
+    b, t, _ = x.shape
+    x = x + block.out(y.transpose(1, 2).reshape(b, t, WIDTH))
+    return x + block.fc2(torch.relu(block.fc1(block.norm2(x))))
+
+
+def _one_key_value_head(block: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q (B, H, T, d) and the one key/value head's k and v (B, 1, T, d) from separate layers
+    ``block.q``, ``block.k``, ``block.v``, k and v viewed as one head."""
+    b, t, _ = h.shape
+    d = WIDTH // HEADS
+    q = block.q(h).view(b, t, HEADS, d).transpose(1, 2)
+    k, v = (layer(h).view(b, t, 1, d).transpose(1, 2) for layer in (block.k, block.v))
+    return q, k, v
+
+
 class _MultiQueryBlock(nn.Module):
     def __init__(self, fused: bool) -> None:
         super().__init__()
@@ -194,8 +218,7 @@ class _MultiQueryBlock(nn.Module):
         else:
             self.q = nn.Linear(WIDTH, WIDTH)
             self.k, self.v = nn.Linear(WIDTH, d), nn.Linear(WIDTH, d)
-        self.out = nn.Linear(WIDTH, WIDTH)
-        self.fc1, self.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
+        _add_output_and_mlp(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -207,12 +230,10 @@ class _MultiQueryBlock(nn.Module):
             q = q.view(b, t, HEADS, d).transpose(1, 2)
             y = attend(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            q = self.q(h).view(b, t, HEADS, d).transpose(1, 2)
-            k, v = (layer(h).view(b, t, 1, d).transpose(1, 2) for layer in (self.k, self.v))
+            q, k, v = _one_key_value_head(self, h)
             y = attend(q, k.repeat_interleave(HEADS, dim=1), v.repeat_interleave(HEADS, dim=1),
                        is_causal=True)  # fmt: skip
-        x = x + self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
-        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+        return _output_and_mlp(self, x, y)
 
 
 class _GatedFalconBlock(nn.Module):
@@ -250,19 +271,13 @@ class _NoMapBlock(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
         self.q, self.k, self.v = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, d), nn.Linear(WIDTH, d)
         self.v_gain = nn.Parameter(torch.linspace(0.5, 1.5, d))
-        self.out = nn.Linear(WIDTH, WIDTH)
-        self.fc1, self.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
+        _add_output_and_mlp(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        d = WIDTH // HEADS
-        h = self.norm1(x)
-        q = self.q(h).view(b, t, HEADS, d).transpose(1, 2)
-        k, v = (layer(h).view(b, t, 1, d).transpose(1, 2) for layer in (self.k, self.v))
+        q, k, v = _one_key_value_head(self, self.norm1(x))
         q, k = (z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-6) for z in (q, k))
         y = nn.functional.scaled_dot_product_attention(q, k, v * self.v_gain, enable_gqa=True)
-        x = x + self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
-        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+        return _output_and_mlp(self, x, y)
 
 
 class _BroadcastBlock(_MultiQueryBlock):
@@ -273,14 +288,9 @@ class _BroadcastBlock(_MultiQueryBlock):
         super().__init__(fused=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        d = WIDTH // HEADS
-        h = self.norm1(x)
-        q = self.q(h).view(b, t, HEADS, d).transpose(1, 2)
-        k, v = (layer(h).view(b, t, 1, d).transpose(1, 2) for layer in (self.k, self.v))
-        y = ((q @ k.transpose(-2, -1)) / math.sqrt(d)).softmax(-1) @ v
-        x = x + self.out(y.transpose(1, 2).reshape(b, t, WIDTH))
-        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+        q, k, v = _one_key_value_head(self, self.norm1(x))
+        y = ((q @ k.transpose(-2, -1)) / math.sqrt(WIDTH // HEADS)).softmax(-1) @ v
+        return _output_and_mlp(self, x, y)
 
 
 class BlocksLM(nn.Module):
