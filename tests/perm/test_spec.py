@@ -243,3 +243,16 @@ def test_hand_written_spec_and_summary():
 def test_bad_hand_written_specs(axes, shapes, match):
     with pytest.raises(LmcError, match=match):
         PermutationSpec.from_dict(axes, shapes)
+
+
+def test_fixing_a_group_fixes_its_segments_merges_them_and_drops_its_heads():
+    spec = PermutationSpec(
+        {"w": [[("a", 2, 1), (None, 1, 1), ("b", 3, 1)], "c"], "q": ["h", None]},
+        {"w": (6, 2), "q": (4, 2)},
+        heads={"h": ("c", 2)},
+    )
+    fixed = spec.fixing(["b", "c"])
+    assert fixed["w"][0] == (Segment("a", 2, 1), Segment(None, 4, 1))
+    assert fixed["w"][1] is None
+    assert fixed.heads == {} and set(fixed.group_sizes) == {"a", "h"}
+    assert spec.fixing([]) == spec

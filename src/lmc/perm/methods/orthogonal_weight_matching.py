@@ -36,7 +36,6 @@ from scipy.optimize import linear_sum_assignment
 from lmc.config import LmcError
 
 from ..symmetries.alignment_map import Alignment
-from ..symmetries.permutation_spec import PermutationSpec
 from ..symmetries.symmetry_spec import SymmetrySpec, default_orthogonal_groups
 from ..symmetries.transforms import Orthogonal, Permutation, Transform, kind_rank
 from .registry import AlignJob, AlignmentMethod, MethodOutput, MethodSetting, register_method
@@ -150,20 +149,6 @@ def _objective(
     return total
 
 
-def _without(spec: PermutationSpec, groups: set[str]) -> PermutationSpec:
-    """``spec`` with the segments of ``groups`` fixed (what weight matching then sees)."""
-    axes = {}
-    for name, entries in spec.axes.items():
-        axes[name] = [
-            None
-            if entry is None
-            else [(None if s.perm in groups else s.perm, s.size, s.repeat) for s in entry]
-            for entry in entries
-        ]
-    heads = {g: h for g, h in spec.heads.items() if g not in groups and h[0] not in groups}
-    return PermutationSpec(axes, spec.shapes, heads)
-
-
 def _only(
     alignment: Mapping[str, Transform], groups: Iterable[str], sizes: Mapping[str, int]
 ) -> Alignment:
@@ -207,7 +192,7 @@ def orthogonal_weight_matching(
     sizes = spec.group_sizes
     orth = list(default_orthogonal_groups(spec) if orthogonal_groups is None else orthogonal_groups)
     check_orthogonal_groups(spec, orth)
-    perm_spec = _without(spec.spec, set(orth))
+    perm_spec = spec.spec.fixing(orth)
     perm_groups = [g for g in sizes if g not in orth]
     transforms: dict[str, Transform] = {g: Permutation.identity(n) for g, n in sizes.items()}
     before = _objective(spec, state_a, state_b)

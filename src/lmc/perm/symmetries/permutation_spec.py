@@ -240,6 +240,23 @@ class PermutationSpec:
         """Names of the tensors with at least one permuted axis."""
         return [n for n, entries in self._axes.items() if any(e is not None for e in entries)]
 
+    def fixing(self, groups: Iterable[str]) -> PermutationSpec:
+        """This spec with the segments of ``groups`` fixed (and no longer nested or nesting):
+        the permutations the other groups still make. Fixed segments next to each other
+        merge, as in any spec."""
+        fixed = set(groups)
+        axes = {
+            name: [
+                None
+                if entry is None
+                else [(None if s.perm in fixed else s.perm, s.size, s.repeat) for s in entry]
+                for entry in entries
+            ]
+            for name, entries in self._axes.items()
+        }
+        heads = {g: h for g, h in self.heads.items() if g not in fixed and h[0] not in fixed}
+        return PermutationSpec(axes, self.shapes, heads)
+
     def to_dict(self) -> dict[str, list[Any]]:
         """A JSON-friendly copy of the map, in the shorthand :meth:`from_dict` reads."""
         out: dict[str, list[Any]] = {}

@@ -43,7 +43,7 @@ from torch import nn
 from lmc.config import LmcError
 
 from .axis_roles import NORM_TYPES, RoleKey, derive_roles, layer_role
-from .permutation_spec import PermutationSpec, Segment
+from .permutation_spec import PermutationSpec
 from .residual_stream import traced_layout
 from .trace import trace_model
 from .transforms import KINDS, ROLES, kind_rank
@@ -238,45 +238,36 @@ def _without_idle_heads(
     """The spec without the groups of one unit that carry nothing: the trace keeps a head
     group of one unit (multi-query attention's key/value head) for the maps within it; where
     no within group was found in it and no group nests in it, it permutes nothing and is
-    dropped (its segments become fixed), with the roles and within members renumbered."""
+    fixed (:meth:`PermutationSpec.fixing`), with the roles and within members renumbered: the
+    segments still permuted keep their order."""
     nesting = {head for head, _ in spec.heads.values()}
     carrying = {w.head for w in within.values()}
     idle = {g for g, n in spec.group_sizes.items() if n == 1 and g not in nesting | carrying}
     if not idle:
         return spec, roles, within
-    axes: dict[str, list[Any]] = {}
+    fixed = spec.fixing(idle)
     new_roles: dict[RoleKey, tuple[str | None, ...]] = {}
     index: dict[tuple[str, int, int], int] = {}  # (name, axis, old segment) -> new segment
-    for name, entries in spec.axes.items():
-        axes[name] = []
+    for name, entries in fixed.axes.items():
         for axis, entry in enumerate(entries):
             if entry is None:
-                axes[name].append(None)
                 continue
-            segs: list[Segment] = []
-            kept: list[str | None] = []
-            for k, seg in enumerate(entry):
-                if seg.perm is None or seg.perm in idle:
-                    if segs and segs[-1].perm is None:
-                        segs[-1] = Segment(None, segs[-1].extent + seg.extent, 1)
-                    else:
-                        segs.append(Segment(None, seg.extent, 1))
-                        kept.append(None)
-                    continue
-                index[(name, axis, k)] = len(segs)
-                segs.append(seg)
-                kept.append(roles[(name, axis)][k])
-            permuted = any(seg.perm is not None for seg in segs)
-            axes[name].append(tuple(segs) if permuted else None)
-            if permuted:
-                new_roles[(name, axis)] = tuple(kept)
+            old = spec[name][axis]
+            kept_old = [k for k, s in enumerate(old) if s.perm is not None and s.perm not in idle]
+            kept_new = [k for k, s in enumerate(entry) if s.perm is not None]
+            moved = dict(zip(kept_old, kept_new))
+            index.update({(name, axis, k): j for k, j in moved.items()})
+            new = [None] * len(entry)
+            for k, j in moved.items():
+                new[j] = roles[(name, axis)][k]
+            new_roles[(name, axis)] = tuple(new)
     new_within = {
         g: dataclasses.replace(w, members=tuple(
             dataclasses.replace(m, segment=index[(m.name, m.axis, m.segment)])
             for m in w.members))
         for g, w in within.items()
     }  # fmt: skip
-    return PermutationSpec(axes, spec.shapes, spec.heads), new_roles, new_within
+    return fixed, new_roles, new_within
 
 
 def default_orthogonal_groups(spec: SymmetrySpec) -> list[str]:
