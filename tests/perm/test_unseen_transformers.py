@@ -18,7 +18,10 @@ Phi-3's, cut apart by slicing -- with their maps within heads; multi-query atten
 key/value head, a head group of one unit: Falcon's default, GPTBigCode's, a Llama with one
 key/value head, lmc's own llama, and hand-written ones) with one map within it per layer shared
 by every query head; Qwen3's q/k norms per head, under which whole heads move and v/o keep
-their maps but no q/k map is offered. The refused ones: norms after a
+their maps but no q/k map is offered; interleaved rotary embeddings (GPT-J's and CodeGen's
+``rotate_every_two``, Cohere's, a hand-written one: ``torch.stack`` of slices of the dims within
+heads) under which whole heads move and q/k take one rotation and scaling per plane of dims
+``2p`` and ``2p + 1``. The refused ones: norms after a
 branch's output (OLMo 2), a model that returns its stream (no head), a mixture-of-experts router
 the tracer does not follow, a per-feature scale of the stream itself (not of a branch), and
 ``nn.TransformerEncoderLayer``, whose fused inference path reads its norms' parameters itself
@@ -28,6 +31,7 @@ the tracer does not follow, a per-feature scale of the stream itself (not of a b
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 import warnings
@@ -293,6 +297,54 @@ class _BroadcastBlock(_MultiQueryBlock):
         return _output_and_mlp(self, x, y)
 
 
+def _rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    """GPT-J's rotation by a quarter turn of each plane of dims ``2p`` and ``2p + 1``."""
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+class _InterleavedRopeBlock(nn.Module):
+    """Attention under interleaved rotary embeddings written by hand (traced by ``torch.fx``):
+    q and k rotated by ``x * cos + rotate_every_two(x) * sin``, sin and cos repeated for the
+    two dims of each plane."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        d = WIDTH // HEADS
+        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+        _add_output_and_mlp(self)
+        angle = torch.arange(T)[:, None] * 100.0 ** (-torch.arange(0, d, 2) / d)
+        self.register_buffer("cos", angle.cos().repeat_interleave(2, -1), persistent=False)
+        self.register_buffer("sin", angle.sin().repeat_interleave(2, -1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.norm1(x)
+        q, k, v = (z(h).view(b, t, HEADS, -1).transpose(1, 2) for z in (self.q, self.k, self.v))
+        q, k = (z * self.cos + _rotate_every_two(z) * self.sin for z in (q, k))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return _output_and_mlp(self, x, y)
+
+
+class _StackedQKBlock(nn.Module):
+    """q and k split into heads stacked whole (``torch.stack((q, k))``) and taken apart again:
+    a stack that is not of slices of the dims within heads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+        _add_output_and_mlp(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.norm1(x)
+        q, k, v = (z(h).view(b, t, HEADS, -1).transpose(1, 2) for z in (self.q, self.k, self.v))
+        qk = torch.stack((q, k))
+        y = nn.functional.scaled_dot_product_attention(qk[0], qk[1], v, is_causal=True)
+        return _output_and_mlp(self, x, y)
+
+
 class BlocksLM(nn.Module):
     """Token embedding, two blocks of ``block``, a final LayerNorm and a head."""
 
@@ -302,6 +354,26 @@ class BlocksLM(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return _pre_ln_forward(self, idx)
+
+
+def _gptj(rotary_dim: int) -> nn.Module:
+    """GPT-J, rotary embeddings on the first ``rotary_dim`` dims of each head (interleaved)."""
+    return transformers.GPTJForCausalLM(transformers.GPTJConfig(
+        vocab_size=VOCAB, n_embd=WIDTH, n_layer=2, n_head=HEADS, rotary_dim=rotary_dim,
+        n_positions=T, bos_token_id=0, eos_token_id=0))  # fmt: skip
+
+
+def _codegen() -> nn.Module:
+    """CodeGen: one fused qkv projection viewed in blocks per head, interleaved rotary."""
+    return transformers.CodeGenForCausalLM(transformers.CodeGenConfig(
+        vocab_size=VOCAB, n_embd=WIDTH, n_layer=2, n_head=HEADS, rotary_dim=WIDTH // HEADS,
+        n_positions=T, n_ctx=T, bos_token_id=0, eos_token_id=0))  # fmt: skip
+
+
+def _cohere() -> nn.Module:
+    """Cohere: grouped-query attention under interleaved rotary embeddings."""
+    return _decoder("CohereConfig", "CohereForCausalLM", intermediate_size=48,
+                    num_key_value_heads=2, bos_token_id=0, eos_token_id=0)  # fmt: skip
 
 
 WORKS = {
@@ -317,6 +389,11 @@ WORKS = {
     "gpt_bigcode_mqa": _gpt_bigcode,
     "qwen3_qk_norms": lambda: _qwen3(2),
     "falcon_split_view_read_again": lambda: BlocksLM(_GatedFalconBlock),
+    "gptj_full_rotary": lambda: _gptj(WIDTH // HEADS),
+    "gptj_partial_rotary": lambda: _gptj(WIDTH // HEADS // 2),
+    "codegen": _codegen,
+    "cohere_gqa": _cohere,
+    "hand_written_interleaved_rope": lambda: BlocksLM(_InterleavedRopeBlock),
 }  # fmt: skip
 
 #: the maps within heads each model admits (``<group suffix>:<kind>`` -> how many groups):
@@ -325,7 +402,10 @@ WORKS = {
 #: unrotated dims in one head, which no q/k group lmc knows keeps, so only v/o is offered there.
 #: Multi-query attention (one key/value head, a head group of one unit): one map per layer,
 #: shared by every query head. Qwen3's q/k norms (an RMSNorm with a gain over each head's dims)
-#: commute with no q/k map beyond permutations, so only v/o is offered there
+#: commute with no q/k map beyond permutations, so only v/o is offered there. Interleaved
+#: rotary embeddings (planes of dims 2p and 2p + 1) take the same per-plane maps in their layout
+#: (kind ``rope_interleaved``); under GPT-J's partial rotary embeddings too, since a plane of
+#: dims it leaves unrotated is rotated by angle 0 (which every per-plane map commutes with)
 WITHIN = {
     "gpt_neox_full_rotary": (lambda: _gpt_neox(1.0), {"qk:rope": 2, "vo:invertible": 2}),
     "gpt_neox_partial_rotary": (lambda: _gpt_neox(0.5), {"vo:invertible": 2}),
@@ -343,6 +423,13 @@ WITHIN = {
     "hand_written_mqa_fused": (lambda: MultiQueryLM(fused=True),
                                {"qk:invertible": 2, "vo:invertible": 2}),
     "qwen3_qk_norms_gqa": (lambda: _qwen3(2), {"vo:invertible": 2}),
+    # v/o of GPT-J and the hand-written one: nested permutation groups, invertible within heads
+    "gptj_full_rotary": (lambda: _gptj(WIDTH // HEADS), {"qk:rope_interleaved": 2}),
+    "gptj_partial_rotary": (lambda: _gptj(WIDTH // HEADS // 2), {"qk:rope_interleaved": 2}),
+    "codegen": (_codegen, {"qk:rope_interleaved": 2, "vo:invertible": 2}),
+    "cohere_gqa": (_cohere, {"qk:rope_interleaved": 2, "vo:invertible": 2}),
+    "hand_written_interleaved_rope": (lambda: BlocksLM(_InterleavedRopeBlock),
+                                      {"qk:rope_interleaved": 2}),
 }  # fmt: skip
 
 REFUSED = {
@@ -466,7 +553,7 @@ def test_refused_with_one_error_naming_the_module_and_permutations_still_work(na
 @pytest.mark.parametrize("name", sorted(WITHIN))
 def test_maps_within_heads_of_fused_projections_keep_the_function_and_are_learned(name):
     from lmc.models.factory import HFLogits
-    from lmc.perm.symmetries.transforms import Invertible, Permutation, RopePlanes
+    from lmc.perm.symmetries.transforms import PLANE_CLASSES, Invertible, Permutation
 
     make, expected = WITHIN[name]
     model, x = _perturbed(make()), _tokens()
@@ -484,7 +571,7 @@ def test_maps_within_heads_of_fused_projections_keep_the_function_and_are_learne
     # a random map within every head alone (heads in place, nothing else moved)
     maps = {g: Permutation.identity(n) for g, n in sym.group_sizes.items()}
     for g, w in sym.within.items():
-        cls = RopePlanes if w.kind == "rope" else Invertible
+        cls = PLANE_CLASSES.get(w.kind, Invertible)
         maps[g] = cls.random(w.size, 5, heads=w.heads, head=torch.arange(w.heads))
     moved = _loaded(canon, Alignment(maps).apply(sym, canon.state_dict()))
     assert _rel(_out(moved, x), y) < TOL
@@ -645,5 +732,55 @@ def test_a_key_value_head_that_admits_no_map_within_it_is_no_group():
     assert not sym.within
     assert all(n > 1 for n in sym.group_sizes.values()), sym.group_sizes
     assert "blocks.0.fc1" in sym.group_sizes
+    moved = _loaded(model, random_alignment(sym, 3, "invertible").apply(sym, model.state_dict()))
+    assert _rel(_out(moved, x), _out(model, x)) < TOL
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "other"),
+    [(lambda: _gptj(WIDTH // HEADS), "rope_interleaved", "rope"),
+     (lambda: BlocksLM(_InterleavedRopeBlock), "rope_interleaved", "rope"),
+     (lambda: _decoder("LlamaConfig", "LlamaForCausalLM", intermediate_size=48), "rope",
+      "rope_interleaved")],
+    ids=["gptj", "hand_written_interleaved", "llama"],
+)  # fmt: skip
+def test_rotary_plane_maps_of_the_other_layout_change_the_function(make, kind, other):
+    """The two layouts of rotary planes are different groups: a random per-plane map of the
+    model's own layout keeps its function, one of the other layout (the spec told it is of that
+    kind, so that the alignment's check admits it) changes it."""
+    from lmc.perm.symmetries.transforms import PLANE_CLASSES, Permutation
+
+    model, x = _perturbed(make()), _tokens()
+    y = _out(model, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        canon = canonicalize(model, x[:2])
+        sym = symmetry_spec(canon, x[:2])
+    qk = {g: w for g, w in sym.within.items() if g.endswith(":qk")}
+    assert len(qk) == 2 and {w.kind for w in qk.values()} == {kind}
+    identity = {g: Permutation.identity(n) for g, n in sym.group_sizes.items()}
+
+    def change(planes: str) -> float:
+        told = dataclasses.replace(
+            sym, within={g: dataclasses.replace(w, kind=planes) if g in qk else w
+                         for g, w in sym.within.items()})  # fmt: skip
+        maps = {g: PLANE_CLASSES[planes].random(w.size, 5, heads=w.heads,
+                                                head=torch.arange(w.heads))
+                for g, w in qk.items()}  # fmt: skip
+        state = Alignment({**identity, **maps}).apply(told, canon.state_dict())
+        return _rel(_out(_loaded(canon, state), x), y)
+
+    assert change(kind) < TOL
+    assert change(other) > 10 * TOL, change(other)  # rounding: about 1e-7
+
+
+def test_a_stack_of_whole_heads_is_not_understood():
+    """Only a stack of slices of the dims within heads is followed: q and k stacked whole
+    leave their groups unpermuted, with the warning any op not understood gives."""
+    model, x = _perturbed(BlocksLM(_StackedQKBlock)), _tokens()
+    with pytest.warns(UserWarning, match=r"node 'stack' .* is not understood"):
+        sym = symmetry_spec(model, x[:2])
+    assert not any(".q" in g or ".k" in g for g in sym.group_sizes), sym.group_sizes
+    assert not sym.within
     moved = _loaded(model, random_alignment(sym, 3, "invertible").apply(sym, model.state_dict()))
     assert _rel(_out(moved, x), _out(model, x)) < TOL

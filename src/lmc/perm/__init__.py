@@ -20,7 +20,8 @@ imported from here):
   any pre-norm transformer, LayerNorm or RMSNorm, into their readers so its residual stream
   admits orthogonal maps; post-LN models are refused), axis roles and each group's admissible
   kind (``symmetry_spec``), the transform kinds of one group (``Permutation`` / ``Orthogonal``
-  / ``Invertible`` / ``RopePlanes``, a rotation and scaling per rotary frequency plane), the
+  / ``Invertible`` / ``RopePlanes``, a rotation and scaling per rotary frequency plane, and
+  ``InterleavedRopePlanes``, the same in the interleaved layout of GPT-J's planes), the
   ``Alignment`` that maps every group to its transform (``Alignment.from_permutation(result.
   perm)`` converts a permutation), widening;
 - :mod:`.methods`: the alignment methods, one module each holding its algorithm and its record
@@ -90,7 +91,14 @@ from .symmetries.permutations import (
 from .symmetries.residual_stream import StreamLayout, traced_layout
 from .symmetries.symmetry_spec import SymmetrySpec, symmetry_spec
 from .symmetries.trace import TraceResult, spec_from_model, trace_model
-from .symmetries.transforms import Invertible, Orthogonal, Permutation, RopePlanes, Transform
+from .symmetries.transforms import (
+    InterleavedRopePlanes,
+    Invertible,
+    Orthogonal,
+    Permutation,
+    RopePlanes,
+    Transform,
+)
 
 #: Where each module of the flat ``lmc.perm`` of before issue 45 lives now (old name -> new
 #: name, both under ``lmc.perm``). The old dotted names still import and give the same module
@@ -198,6 +206,7 @@ __all__ = [
     "one_pass_matching",
     # symmetries beyond permutations (canonical form, transform kinds, alignments)
     "Alignment",
+    "InterleavedRopePlanes",
     "Invertible",
     "Orthogonal",
     "LearnedAlignmentResult",

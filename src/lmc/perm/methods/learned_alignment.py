@@ -15,7 +15,9 @@ T₀(θ_B). Then learn one orthogonal map R_g per learnable group g, applied on 
   within heads that the permutation spec keeps in place). Under rotary embeddings (kind ``rope``)
   the map is parametrised per head and frequency plane by an angle φ and, with ``head_maps =
   "invertible"``, a log-scale u: the plane's block is e^u R(φ) on q and e^{−u} R(φ) on k
-  (:class:`lmc.perm.symmetries.transforms.RopePlanes`), so q·k and RoPE are kept exactly;
+  (:class:`lmc.perm.symmetries.transforms.RopePlanes`), so q·k and RoPE are kept exactly
+  (interleaved RoPE, kind ``rope_interleaved``: the same on its planes of dims 2p and 2p + 1,
+  :class:`lmc.perm.symmetries.transforms.InterleavedRopePlanes`);
   grouped-query attention's shared maps (kind ``invertible``) are learned as the nested groups' are,
   one block per key/value head, the same on each query head that reads it.
 
@@ -80,6 +82,8 @@ from lmc.models import module_device, preserved_modes
 from ..symmetries.alignment_map import Alignment
 from ..symmetries.symmetry_spec import SymmetrySpec
 from ..symmetries.transforms import (
+    PLANE_CLASSES,
+    InterleavedRopePlanes,
     Invertible,
     Orthogonal,
     Permutation,
@@ -160,18 +164,22 @@ def _rotations(
     skews: Mapping[str, torch.Tensor],
     invertible: frozenset[str] = frozenset(),
     planes: frozenset[str] = frozenset(),
+    interleaved: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Per group, the (blocks, d, d) maps ``(R, R⁻ᵀ)``: the orthogonal exp(S − Sᵀ) (both the
     same), or for a group in ``invertible`` exp(S) and exp(−Sᵀ); for a group in ``planes``
     (rotary q/k) ``S`` is (blocks, 2, d/2): angles φ and log-scales u, R = e^u R(φ) per plane
-    and R⁻ᵀ = e^{−u} R(φ) (:func:`lmc.perm.symmetries.transforms.plane_blocks`)."""
+    and R⁻ᵀ = e^{−u} R(φ) (:func:`lmc.perm.symmetries.transforms.plane_blocks`), the planes
+    being dims 2p and 2p + 1 for a group also in ``interleaved``, else p and p + d/2."""
     out = {}
     for g, s in skews.items():
         if g in planes:
             angle, log_s = s[:, 0], s[:, 1]
             c, sn = torch.cos(angle), torch.sin(angle)
             scale = log_s.exp()
-            out[g] = (plane_blocks(scale * c, scale * sn), plane_blocks(c / scale, sn / scale))
+            pair = g in interleaved
+            out[g] = (plane_blocks(scale * c, scale * sn, pair),
+                      plane_blocks(c / scale, sn / scale, pair))  # fmt: skip
         elif g in invertible:
             out[g] = (torch.linalg.matrix_exp(s), torch.linalg.matrix_exp(-s.transpose(1, 2)))
         else:
@@ -331,9 +339,12 @@ def learned_alignment(
         for g in groups
         if head_maps == "invertible"
         and (g in spec.heads or g in spec.within)
-        and spec.kinds[g] in ("invertible", "rope")
+        and spec.kinds[g] in ("invertible", *PLANE_CLASSES)
     )
-    planes = frozenset(g for g in groups if g in spec.within and spec.within[g].kind == "rope")
+    planes = frozenset(
+        g for g in groups if g in spec.within and spec.within[g].kind in PLANE_CLASSES
+    )
+    interleaved = frozenset(g for g in planes if spec.within[g].kind == "rope_interleaved")
     if head_maps == "invertible" and not invertible:
         raise LmcError(
             "head_maps='invertible' learns maps within heads, but there are none to learn: it "
@@ -370,8 +381,9 @@ def learned_alignment(
 
     def snapshot() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         return _rotations(
-            {g: s.detach().double().cpu() for g, s in skews.items()}, invertible, planes
-        )
+            {g: s.detach().double().cpu() for g, s in skews.items()}, invertible, planes,
+            interleaved,
+        )  # fmt: skip
 
     def draw() -> list[float]:
         if lambdas == "midpoint":
@@ -412,7 +424,7 @@ def learned_alignment(
             idx = next(batches)
             lams = draw()
             with record_function("learned.maps"):
-                rotations = _rotations(skews, invertible, planes)
+                rotations = _rotations(skews, invertible, planes, interleaved)
             loss = path_loss(lams, rotations, idx)
             optimizer.zero_grad(set_to_none=True)
             with record_function("learned.backward"):
@@ -438,7 +450,10 @@ def learned_alignment(
     def transform(g: str, size: int):
         if g not in best:
             return Permutation.identity(size)
-        cls = RopePlanes if g in planes else Invertible if g in invertible else Orthogonal
+        if g in planes:
+            cls = InterleavedRopePlanes if g in interleaved else RopePlanes
+        else:
+            cls = Invertible if g in invertible else Orthogonal
         return cls(torch.arange(best[g][0].shape[0]), best[g][0])
 
     learned = Alignment(

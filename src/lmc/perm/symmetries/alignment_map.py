@@ -38,10 +38,10 @@ from .permutation_spec import AxisEntry, PermutationSpec, axis_index
 from .permutations import MatchResult, check_permutation
 from .symmetry_spec import SymmetrySpec
 from .transforms import (
+    PLANE_CLASSES,
     Invertible,
     Orthogonal,
     Permutation,
-    RopePlanes,
     Transform,
     act_tiled,
     is_plane_structured,
@@ -183,7 +183,7 @@ class Alignment(Mapping[str, Transform]):
             parts = split_heads(t.perm, w.heads)
             if parts is None or not torch.equal(parts[0], h.perm):
                 raise LmcError(f"the permutation of {g!r} must move whole heads as {w.head!r}")
-            if w.kind == "rope" and not torch.equal(
+            if w.kind in PLANE_CLASSES and not torch.equal(
                 parts[1], torch.arange(w.dim).expand_as(parts[1])
             ):
                 raise LmcError(
@@ -196,10 +196,11 @@ class Alignment(Mapping[str, Transform]):
                 f"the {t.kind} map of {g!r} must act within the {w.heads} heads of {w.head!r} "
                 "and move them as its permutation does"
             )
-        if w.kind == "rope" and not is_plane_structured(t.blocks):
+        planes = PLANE_CLASSES.get(w.kind)
+        if planes is not None and not is_plane_structured(t.blocks, **planes.layout()):
             raise LmcError(
-                f"{g!r} admits one rotation and scaling per frequency plane (rope maps) only, "
-                f"got a general {t.kind} map"
+                f"{g!r} admits one rotation and scaling per frequency plane ({w.kind} maps) "
+                f"only, got a general {t.kind} map"
             )
 
     def complete(self, spec: AnySpec) -> Alignment:
@@ -356,7 +357,8 @@ def random_alignment(spec: SymmetrySpec, seed: int, kind: str = "invertible") ->
     names), then each nested group (sorted) within its head group's permutation, then a dense
     orthogonal / invertible map for the non-nested groups that get one, then (unless
     ``kind="permutation"``) one map per within group of the spec (``rope`` groups: per-plane
-    rotations for ``orthogonal``, rotations and scalings for ``invertible``). With
+    rotations for ``orthogonal``, rotations and scalings for ``invertible``; ``rope_interleaved``
+    groups alike in their layout). With
     ``kind="permutation"`` this is exactly :func:`lmc.perm.random_permutation`'s permutation.
     """
     if not isinstance(spec, SymmetrySpec):
@@ -381,9 +383,9 @@ def random_alignment(spec: SymmetrySpec, seed: int, kind: str = "invertible") ->
     if cap > 0:  # maps within heads the permutation spec keeps in place
         for g, w in spec.within.items():
             head = out[w.head].perm
-            if w.kind == "rope":
-                out[g] = RopePlanes.random(w.size, gen, heads=w.heads, head=head,
-                                           spread=1.0 if cap == 1 else 2.0)  # fmt: skip
+            if w.kind in PLANE_CLASSES:
+                out[g] = PLANE_CLASSES[w.kind].random(w.size, gen, heads=w.heads, head=head,
+                                                      spread=1.0 if cap == 1 else 2.0)  # fmt: skip
             else:
                 cls = classes[("permutation", "orthogonal", "invertible")[min(cap, 2)]]
                 out[g] = cls.random(w.size, gen, heads=w.heads, head=head)

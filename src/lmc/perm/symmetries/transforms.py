@@ -58,8 +58,10 @@ from .head_permutations import compose_heads, split_heads
 
 KINDS = ("permutation", "orthogonal", "invertible")
 #: Kinds restricted in structure as well as in generality: ``rope`` (per frequency plane of a
-#: head, one rotation and scaling; an invertible map, an orthogonal one at unit modulus)
-STRUCTURED_KINDS = ("rope",)
+#: head, one rotation and scaling; an invertible map, an orthogonal one at unit modulus; planes
+#: are dims ``p`` and ``p + d/2``, the ``rotate_half`` layout) and ``rope_interleaved`` (the
+#: same with planes of dims ``2p`` and ``2p + 1``, GPT-J's ``rotate_every_two`` layout)
+STRUCTURED_KINDS = ("rope", "rope_interleaved")
 ROLES = ("out", "in", "norm")
 ORTHOGONAL_TOL = 1e-6  # max |MᵀM - I| entry accepted as orthogonal (float64 blocks)
 MAX_CONDITION = 1e8  # condition number above which a block is refused as not invertible
@@ -69,8 +71,9 @@ _T = TypeVar("_T", bound="Transform")
 
 def kind_rank(kind: str) -> int:
     """0 for permutation, 1 for orthogonal, 2 for invertible (the generality order); a
-    structured kind ranks as the general kind its maps belong to (``rope``: invertible)."""
-    if kind == "rope":
+    structured kind ranks as the general kind its maps belong to (``rope``,
+    ``rope_interleaved``: invertible)."""
+    if kind in STRUCTURED_KINDS:
         return 2
     if kind not in KINDS:
         raise LmcError(f"unknown transform kind {kind!r}: choose one of {', '.join(KINDS)}")
@@ -170,8 +173,8 @@ class Transform(ABC):
         try:
             if kind == "permutation":
                 out: Transform = Permutation(tensors["perm"])
-            elif kind in ("orthogonal", "invertible", "rope"):
-                cls = {"orthogonal": Orthogonal, "invertible": Invertible, "rope": RopePlanes}[kind]
+            elif kind in ("orthogonal", "invertible", *STRUCTURED_KINDS):
+                cls = {"orthogonal": Orthogonal, "invertible": Invertible, **PLANE_CLASSES}[kind]
                 out = cls(tensors["head"], tensors["blocks"])
             else:
                 raise LmcError(f"unknown transform kind {kind!r} in a saved transform")
@@ -461,8 +464,9 @@ class _LinearMap(Transform):
             first, second = self.dense(), second.dense()
         head = first.head[second.head]
         blocks = second.blocks @ first.blocks[second.head]
-        if "rope" in (self.kind, second.kind) and is_plane_structured(blocks):
-            return RopePlanes(head, blocks)
+        for planes in (type(self), type(second)):  # a rotary kind kept where the planes are
+            if issubclass(planes, RopePlanes) and is_plane_structured(blocks, **planes.layout()):
+                return planes(head, blocks)
         cls = Orthogonal if self.kind == second.kind == "orthogonal" else Invertible
         return cls(head, blocks)
 
@@ -538,30 +542,60 @@ class Invertible(_LinearMap):
 PLANE_TOL = 1e-9  # max entry off the per-plane structure accepted (float64 blocks)
 
 
-def plane_blocks(alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+def _half_split_order(d: int) -> torch.Tensor:
+    """The dims of an interleaved head in half-split order: ``(0, 2, 4, ..., 1, 3, 5, ...)``
+    (interleaved plane ``p``, dims ``2p`` and ``2p + 1``, lands on dims ``p`` and ``p + d/2``)."""
+    return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
+
+
+def _interleave(blocks: torch.Tensor) -> torch.Tensor:
+    """Blocks of the half-split layout re-indexed to the interleaved one (differentiable)."""
+    order = torch.argsort(_half_split_order(blocks.shape[-1])).to(blocks.device)
+    return blocks[..., order, :][..., order]
+
+
+def _half_split(blocks: torch.Tensor) -> torch.Tensor:
+    """Blocks of the interleaved layout re-indexed to the half-split one (differentiable)."""
+    order = _half_split_order(blocks.shape[-1]).to(blocks.device)
+    return blocks[..., order, :][..., order]
+
+
+def plane_blocks(
+    alpha: torch.Tensor, beta: torch.Tensor, interleaved: bool = False
+) -> torch.Tensor:
     """The (heads, d, d) blocks of per-plane complex scalars ``alpha + i beta`` (each (heads,
     d/2)), in the half-split (``rotate_half``) convention: plane ``p`` is dims ``p`` and
-    ``p + d/2``, mapped by ``[[alpha, -beta], [beta, alpha]]`` (differentiable)."""
+    ``p + d/2``, mapped by ``[[alpha, -beta], [beta, alpha]]``; with ``interleaved``
+    (``rotate_every_two``) plane ``p`` is dims ``2p`` and ``2p + 1`` (differentiable)."""
     a, b = torch.diag_embed(alpha), torch.diag_embed(beta)
-    return torch.cat((torch.cat((a, -b), dim=-1), torch.cat((b, a), dim=-1)), dim=-2)
+    blocks = torch.cat((torch.cat((a, -b), dim=-1), torch.cat((b, a), dim=-1)), dim=-2)
+    return _interleave(blocks) if interleaved else blocks
 
 
-def plane_scalars(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def plane_scalars(
+    blocks: torch.Tensor, interleaved: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(alpha, beta)``, each (..., d/2): the complex scalars ``alpha + i beta`` that
-    :func:`plane_blocks` would map to ``blocks`` (read off their first columns of each plane)."""
+    :func:`plane_blocks` (of the same layout) would map to ``blocks`` (read off their first
+    columns of each plane)."""
+    if interleaved:
+        blocks = _half_split(blocks)
     h = blocks.shape[-1] // 2
     alpha = torch.diagonal(blocks[..., :h, :h], dim1=-2, dim2=-1)
     beta = torch.diagonal(blocks[..., h:, :h], dim1=-2, dim2=-1)
     return alpha, beta
 
 
-def is_plane_structured(blocks: torch.Tensor, tol: float = PLANE_TOL) -> bool:
-    """Whether every block is :func:`plane_blocks` of some complex scalars."""
+def is_plane_structured(
+    blocks: torch.Tensor, tol: float = PLANE_TOL, interleaved: bool = False
+) -> bool:
+    """Whether every block is :func:`plane_blocks` of some complex scalars (planes of dims
+    ``p`` and ``p + d/2``; with ``interleaved``, of dims ``2p`` and ``2p + 1``)."""
     if blocks.shape[-1] % 2:
         return False
-    alpha, beta = plane_scalars(blocks)
+    alpha, beta = plane_scalars(blocks, interleaved)
     scale = max(1.0, float(blocks.abs().max()))
-    return float((blocks - plane_blocks(alpha, beta)).abs().max()) <= tol * scale
+    return float((blocks - plane_blocks(alpha, beta, interleaved)).abs().max()) <= tol * scale
 
 
 class RopePlanes(_LinearMap):
@@ -570,17 +604,27 @@ class RopePlanes(_LinearMap):
     ``rotate_half`` convention), one rotation and scaling, a complex scalar ``z = s e^{iφ}``
     (:func:`plane_blocks`). On the q side (role ``out``) a plane is mapped by ``z``; on the k
     side (``in``) by ``M⁻ᵀ``, i.e. ``e^{iφ}/s``, so ``q·k`` and RoPE's rotations are kept. Heads
-    may be reordered by ``head`` as every head-structured map."""
+    may be reordered by ``head`` as every head-structured map. :class:`InterleavedRopePlanes`
+    is the same group with GPT-J's planes (dims ``2p`` and ``2p + 1``)."""
 
     kind: ClassVar[str] = "rope"
+    #: the plane layout: planes of dims ``2p`` and ``2p + 1`` (else ``p`` and ``p + d/2``)
+    interleaved: ClassVar[bool] = False
+    _PLANES: ClassVar[str] = "dims p and p + d/2"
+
+    @classmethod
+    def layout(cls) -> dict[str, bool]:
+        """The plane layout as the keyword of :func:`plane_blocks`, :func:`plane_scalars` and
+        :func:`is_plane_structured`."""
+        return {"interleaved": cls.interleaved}
 
     def _validate(self) -> None:
-        if not is_plane_structured(self._blocks):
+        if not is_plane_structured(self._blocks, **self.layout()):
             raise LmcError(
-                "the blocks are not one rotation and scaling per frequency plane (dims p and "
-                "p + d/2 of each head)"
+                f"the blocks are not one rotation and scaling per frequency plane ({self._PLANES}"
+                " of each head)"
             )
-        alpha, beta = plane_scalars(self._blocks)
+        alpha, beta = plane_scalars(self._blocks, **self.layout())
         modulus = (alpha.pow(2) + beta.pow(2)).sqrt()
         if float(modulus.min()) <= 0 or float(modulus.max() / modulus.min()) > MAX_CONDITION:
             raise LmcError("a plane's scaling is zero or the scalings span too wide a range")
@@ -596,7 +640,26 @@ class RopePlanes(_LinearMap):
         angle = torch.rand(heads, d // 2, generator=gen, dtype=torch.float64) * 2 * torch.pi
         log_s = _log_scales((heads, d // 2), gen, spread)
         s = log_s.exp()
-        return plane_blocks(s * angle.cos(), s * angle.sin())
+        return plane_blocks(s * angle.cos(), s * angle.sin(), **cls.layout())
+
+
+class InterleavedRopePlanes(RopePlanes):
+    """:class:`RopePlanes` for interleaved rotary embeddings (GPT-J's and CodeGen's
+    ``rotate_every_two``, Cohere's and Helium's ``rotate_half``: each plane is two neighbouring
+    dims, ``2p`` and ``2p + 1``, with sin and cos repeated by ``repeat_interleave``): per head,
+    per plane one rotation and scaling, kind ``rope_interleaved``. A map of one layout changes
+    the function of a model of the other (its planes mix dims the other rotates apart)."""
+
+    kind: ClassVar[str] = "rope_interleaved"
+    interleaved: ClassVar[bool] = True
+    _PLANES: ClassVar[str] = "dims 2p and 2p + 1"
+
+
+#: The class of each rotary kind (:data:`STRUCTURED_KINDS`)
+PLANE_CLASSES: dict[str, type[RopePlanes]] = {
+    "rope": RopePlanes,
+    "rope_interleaved": InterleavedRopePlanes,
+}
 
 
 def act_tiled(
@@ -639,13 +702,15 @@ def random_transform(
     """A random element of ``kind`` over ``n`` units (``heads``: block structure)."""
     kind_rank(kind)
     cls = {"permutation": Permutation, "orthogonal": Orthogonal, "invertible": Invertible,
-           "rope": RopePlanes}[kind]  # fmt: skip
+           **PLANE_CLASSES}[kind]  # fmt: skip
     return cls.random(n, seed, heads=heads, head=head)
 
 
 __all__ = [
     "KINDS",
+    "PLANE_CLASSES",
     "ROLES",
+    "InterleavedRopePlanes",
     "Invertible",
     "Orthogonal",
     "Permutation",

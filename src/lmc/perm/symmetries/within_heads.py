@@ -10,6 +10,10 @@ per query head that reads it). Larger groups than permutations still act there:
 - q/k under RoPE: per head, per frequency plane (dims ``p`` and ``p + d/2``, the ``rotate_half``
   convention), one rotation and scaling on q and its inverse transpose on k
   (:class:`lmc.perm.symmetries.transforms.RopePlanes`, kind ``rope``; Tran et al., ICML 2026);
+  under interleaved RoPE (GPT-J's and CodeGen's ``rotate_every_two``, Cohere's and Helium's
+  ``rotate_half``: planes of dims ``2p`` and ``2p + 1``) the same per plane
+  (:class:`lmc.perm.symmetries.transforms.InterleavedRopePlanes`, kind ``rope_interleaved``),
+  tried only where the half-split planes fail the check;
 - q/k without RoPE and v/o, with grouped-query or multi-query attention: any invertible map
   per key/value head, shared by the query heads that read it (kind ``invertible``).
 
@@ -68,7 +72,7 @@ from lmc.config import LmcError
 from .example_inputs import output_tensor
 from .permutation_spec import PermutationSpec
 from .residual_stream import _as_double, _randomised, _tied
-from .transforms import Invertible, RopePlanes, Transform, act_tiled
+from .transforms import PLANE_CLASSES, Invertible, Transform, act_tiled
 
 #: relative change of the output below which a candidate map is taken to keep the function
 CHECK_TOL = 1e-7
@@ -129,7 +133,7 @@ def put_window(
 class WithinGroup:
     """A group of maps within heads that the permutation spec keeps in place (module
     docstring): ``head`` (its head group), ``heads`` (that group's size), ``dim`` (dims per
-    head), ``kind`` (``rope`` or ``invertible``) and its ``members``."""
+    head), ``kind`` (``rope``, ``rope_interleaved`` or ``invertible``) and its ``members``."""
 
     head: str
     heads: int
@@ -256,7 +260,7 @@ def find_within_groups(
         found: dict[str, WithinGroup] = {}
 
         def keeps(members: list[WithinMember], kind: str, n_heads: int, d: int) -> bool:
-            cls = RopePlanes if kind == "rope" else Invertible
+            cls = PLANE_CLASSES.get(kind, Invertible)
             t = cls.random(n_heads * d, gen, heads=n_heads, head=torch.arange(n_heads))
             moved = _apply(spec, state, members, t, n_heads)
             if not _ties_kept(moved, tied):
@@ -285,8 +289,8 @@ def find_within_groups(
                 done = False
                 for b in outs[i + 1 :]:
                     members = sides[a] + [dataclasses.replace(m, role="in") for m in sides[b]]
-                    for kind in ("invertible", "rope"):
-                        if kind == "rope" and d % 2:
+                    for kind in ("invertible", *PLANE_CLASSES):  # rope, then rope_interleaved
+                        if kind in PLANE_CLASSES and d % 2:
                             continue
                         if keeps(members, kind, n_heads, d):
                             found[f"{head}:qk"] = WithinGroup(head, n_heads, d, kind,

@@ -13,7 +13,10 @@
   still split into heads.
 - A position-dependent map on the dims within heads (rotary embeddings: ``q * cos``, slices
   of the head dims) leaves those dims in place, with a warning; whole heads still move. So does
-  a reduction over each head's dims (a norm per head: Qwen3's q/k norms).
+  a reduction over each head's dims (a norm per head: Qwen3's q/k norms). Interleaved rotary
+  embeddings (GPT-J's ``rotate_every_two``: ``torch.stack((-x[..., 1::2], x[..., ::2]),
+  -1).flatten(-2)``) stack such slices of one value's heads along a new dim: whole heads
+  still move (:func:`stack`), the dims within them stay in place.
 - One key/value head (multi-query attention) is split into a head of its own: viewed as one
   (``k.view(B, T, 1, d)``, where the view feeds attention: :mod:`.attention_inputs`), cut off
   a fused projection without a view (``(B, 1, T, d)``) and repeated for the query heads
@@ -333,6 +336,52 @@ def pointwise_heads(st: TraceState, node: fx.Node, operands: list[Any]) -> None:
         st.env[node] = Layout(hd, head_segs)
     else:
         st.env[node] = first
+
+
+def _keeps_dims_within(st: TraceState, group: int) -> bool:
+    """Whether ``group`` is a head group whose nested groups all keep their dims within heads
+    in place (or stay unpermuted): a value that carries it alone is a slice of those dims."""
+    uf, h = st.uf, st.uf.find(group)
+    nested = [
+        r
+        for r in range(len(uf.parent))
+        if uf.parent[r] == r and uf.nest[r] is not None and uf.find(uf.nest[r][0]) == h
+    ]
+    return bool(nested) and all(uf.within_frozen[r] or uf.frozen[r] for r in nested)
+
+
+def stack(st: TraceState, node: fx.Node) -> None:
+    """``torch.stack(tensors, dim)`` of pieces of one value's heads whose dims within heads
+    stay in place (interleaved rotary embeddings: ``torch.stack((-x[..., 1::2], x[..., ::2]),
+    dim=-1)``, each piece a slice of the dims within heads carrying only the head group): the
+    result carries the head group (its dim one further on where the new dim comes before it),
+    so whole heads still move, with a warning. Any other stack is not understood: what flows
+    in stays unpermuted, with the warning of any op without a handler."""
+    tensors, dim = st.arg(node, 0, "tensors"), st.arg(node, 1, "dim", 0)
+    out = st.shape(node)
+    if out is None or not isinstance(dim, int) or not isinstance(tensors, (list, tuple)):
+        return st.unknown(node)
+    lays = [st.layout(t) for t in tensors]
+    first = lays[0] if lays else None
+    if type(first) is not Layout or len(first.segs) != 1:
+        return st.unknown(node)
+    seg = first.segs[0]
+    if seg.group is None or seg.repeat != 1 or not _keeps_dims_within(st, seg.group):
+        return st.unknown(node)
+    for lay in lays[1:]:
+        if type(lay) is not Layout or lay.dim != first.dim or len(lay.segs) != 1:
+            return st.unknown(node)
+        other = lay.segs[0]
+        if other.group is None or other.size != seg.size or other.repeat != 1:
+            return st.unknown(node)
+        if st.uf.find(other.group) != st.uf.find(seg.group):
+            return st.unknown(node)
+    e = first.dim + (first.dim >= dim % len(out))
+    if out[e] != seg.size:
+        return st.unknown(node)
+    if st.live_groups(first.segs):
+        _head_message(st, node, "stacks slices of the dims within heads")
+    st.env[node] = Layout(e, first.segs)
 
 
 # ---- products of computed tensors --------------------------------------------------------------

@@ -94,6 +94,7 @@ HANDLERS: dict[Key, Handler] = _table(
     (("addmm",), layers.addmm),
     (("repeat_interleave",), attention.repeat_interleave),
     (("masked_fill", "masked_fill_"), flow.pointwise_op),
+    (("stack",), attention.stack),
 )
 
 # Handlers that follow values split into attention heads or tuples of layouts; any other
@@ -121,6 +122,7 @@ HEAD_AWARE: frozenset[Handler] = frozenset(
         attention.multihead_attention_module,
         layers.addmm,
         attention.repeat_interleave,
+        attention.stack,
     }
 )
 
