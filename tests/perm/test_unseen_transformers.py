@@ -784,3 +784,45 @@ def test_a_stack_of_whole_heads_is_not_understood():
     assert not sym.within
     moved = _loaded(model, random_alignment(sym, 3, "invertible").apply(sym, model.state_dict()))
     assert _rel(_out(moved, x), _out(model, x)) < TOL
+
+
+class _RotatedBeforeTransposeBlock(nn.Module):
+    """q and k turned a quarter of each interleaved plane on ``(B, T, H, d)`` before the
+    transpose (a fixed rotation of both: the scores are unchanged), stacked with ``dim=`` or
+    with torch's alias ``axis=``. With d/2 = H a stack read along the wrong dim would pass
+    for one along the heads."""
+
+    def __init__(self, keyword: str) -> None:
+        super().__init__()
+        self.keyword = keyword
+        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+        _add_output_and_mlp(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.norm1(x)
+        q, k, v = (z(h).view(b, t, HEADS, -1) for z in (self.q, self.k, self.v))
+        q, k = (
+            torch.stack((-z[..., 1::2], z[..., ::2]), **{self.keyword: -1}).flatten(-2)
+            for z in (q, k)
+        )
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return _output_and_mlp(self, x, y)
+
+
+@pytest.mark.parametrize("keyword", ["dim", "axis"])
+def test_a_stack_along_axis_is_read_as_along_dim(keyword):
+    """``torch.stack(..., axis=-1)`` is ``dim=-1``: both keep the heads where they are (a stack
+    read along dim 0 put the head group on the planes' dim and broke the function by 9 %)."""
+    assert (WIDTH // HEADS) // 2 == HEADS  # the case where a wrong dim passes the size check
+    model, x = _perturbed(BlocksLM(lambda: _RotatedBeforeTransposeBlock(keyword))), _tokens()
+    y = _out(model, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sym = symmetry_spec(model, x[:2])
+    assert any(g.endswith(":qk") for g in sym.within)  # a fixed rotation: any invertible map
+    for kind in ("permutation", "invertible"):
+        moved = _loaded(model, random_alignment(sym, 3, kind).apply(sym, model.state_dict()))
+        assert _rel(_out(moved, x), y) < TOL, kind

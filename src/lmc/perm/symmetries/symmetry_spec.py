@@ -15,8 +15,9 @@ axis of which tensor) plus two things a permutation never needed:
   (:mod:`lmc.perm.symmetries.canonical_form`), ``"permutation"`` for everything else (MLP hidden
   units, heads as wholes, any stream that still passes through a LayerNorm).
 - ``within``: groups of maps within attention heads where the permutation spec keeps the head
-  dims in place (q/k under rotary embeddings: kind ``rope``; q/k and v/o of grouped-query
-  or multi-query attention: ``invertible``), each nested in its head group
+  dims in place (q/k under rotary embeddings: kind ``rope``, or ``rope_interleaved`` for
+  GPT-J's layout; q/k and v/o of grouped-query or multi-query attention: ``invertible``),
+  each nested in its head group
   (:mod:`lmc.perm.symmetries.within_heads`). They are optional in an :class:`~lmc.perm.Alignment`
   (absent: the identity within heads).
 

@@ -21,8 +21,8 @@ With multi-query attention (one key/value head read by every query head: Falcon'
 GPTBigCode's, a Llama-style model with one key/value head) the key/value head is a head group of
 one unit (it permutes nothing; :mod:`lmc.perm.symmetries.trace.result` keeps it for this): q's
 rows and the output projection's columns read it in ``heads`` tiles, so each of its maps (q/k:
-``rope`` under rotary embeddings, else ``invertible``; v/o: ``invertible``) is one map per
-layer, shared by every query head.
+``rope`` or ``rope_interleaved`` under rotary embeddings, else ``invertible``; v/o:
+``invertible``) is one map per layer, shared by every query head.
 
 A norm of q and k per head (Qwen3's ``q_norm`` / ``k_norm``: an RMSNorm with a gain over each
 head's dims, before RoPE) keeps the q/k dims within heads in place too (the trace: a reduction

@@ -357,7 +357,9 @@ def stack(st: TraceState, node: fx.Node) -> None:
     result carries the head group (its dim one further on where the new dim comes before it),
     so whole heads still move, with a warning. Any other stack is not understood: what flows
     in stays unpermuted, with the warning of any op without a handler."""
-    tensors, dim = st.arg(node, 0, "tensors"), st.arg(node, 1, "dim", 0)
+    tensors, dim = st.arg(node, 0, "tensors"), st.arg(node, 1, "dim", None)
+    if dim is None:  # torch.stack takes ``axis`` for ``dim`` too
+        dim = node.kwargs.get("axis", 0)
     out = st.shape(node)
     if out is None or not isinstance(dim, int) or not isinstance(tensors, (list, tuple)):
         return st.unknown(node)
