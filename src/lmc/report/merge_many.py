@@ -4,23 +4,38 @@ Reads ``study.json``, ``models.csv``, ``reliability.csv`` and ``study.toml`` (op
 folder written by :mod:`lmc.experiments.merge_many_study` and writes ``report.md``,
 ``report.html`` and figures: per set, the merged models against each model, the models'
 ensemble and the reference model (trained on all the data) in test loss (nats), accuracy and
-ECE, a bar figure of the three, and reliability diagrams. Never computes a model.
+ECE, a bar figure of them, the merge methods compared paired over sets, and reliability
+diagrams. Never computes a model.
+
+Conventions (:mod:`lmc.stats`, docs/science.md "Statistics and verdicts"): the models of a set
+are shown as their mean ± the half-width of its 95 % t-interval over the set's models (t with
+n − 1 degrees of freedom; one model: no interval), in tables and in the bars' error bars; a
+merge, the ensemble and the reference are one evaluation each (no interval). Methods are
+compared **paired over sets**: a pair is a set (the same models merged by every method, with
+their ensemble and their mean), the difference is b − a (the merge minus its baseline), test
+loss in nats and test accuracy in percentage points (fractions × 100), and the verdict is
+:func:`lmc.stats.verdict`'s. Only sets that repeat one condition are paired (their ``[[sets]]``
+entries equal but for ``name`` and ``seed``: independent repeats), each such group on its own.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lmc import stats
 from lmc.config import LmcError
+from lmc.perm.methods import get_method
+from lmc.stats import Cell, compare, summarize
 
-from .document import Block, Heading, Para, Table
+from .document import Block, Bullets, Heading, Para, Table
 from .figures import Plot
-from .page import Figures, Page, read_record
-from .results import mean_std, read_csv
+from .page import DASH, Figures, Page, read_record
+from .results import read_csv
 from .style import REFERENCE, finish_axes, method_style, new_figure, render
 
 METRICS = (
@@ -28,11 +43,26 @@ METRICS = (
     ("test_loss", "loss (nats)", 1.0),
     ("test_ece", "ECE (%)", 100.0),
 )
+#: The quantities compared paired over sets: (column, words, scale: 100 for percentage points).
+COMPARED = (
+    ("test_loss", "test loss (nats)", 1.0),
+    ("test_accuracy", "test accuracy (percentage points)", 100.0),
+)
+#: The label of the set's models among the compared entries.
+MODELS = "models"
 #: Columns of the comparison, in order: (label, colour).
 ENTRY_COLOURS = {
-    "models (mean)": "#999999",
+    MODELS: "#999999",
     "ensemble": "#009E73",
     "reference": REFERENCE,
+}
+#: The merges with a scheme of their own in a merge-many study (every other method aligns
+#: canonical forms onto model 0's: :func:`lmc.merge.many.merge_many_canonical`).
+OWN_MERGES = {
+    "none": "the plain average of the models' weights as they are",
+    "weight": "Git Re-Basin's merge-many (App. A.10): every model permuted by weight matching "
+    "onto the mean of the others, round after round, until no permutation changes; then "
+    "averaged",
 }
 
 
@@ -40,7 +70,7 @@ def _entries(rows: list[dict]) -> list[tuple[str, list[dict]]]:
     """The set's compared entries in order: the models (one entry, all rows), the ensemble,
     each merge, the reference."""
     models = [r for r in rows if r["role"] == "model"]
-    out = [("models (mean)", models)]
+    out = [(MODELS, models)]
     out += [("ensemble", [r]) for r in rows if r["role"] == "ensemble"]
     merged = sorted((r for r in rows if r["role"] == "merged"), key=lambda r: r["method"] != "none")
     out += [(f"merged ({r['method']})", [r]) for r in merged]
@@ -65,19 +95,35 @@ def _fmt(value: float, scale: float, digits: int) -> str:
     return f"{scale * value:.{digits}f}" if math.isfinite(value) else "–"
 
 
+def _digits(scale: float) -> int:
+    return 3 if scale == 1.0 else 2
+
+
+def _models_label(n: int) -> str:
+    if n < 2:
+        return f"models (n = {n}, no interval)"
+    return f"models (mean ± 95 % interval, n = {n})"
+
+
+def _cell_text(cell: Cell, scale: float, digits: int) -> str:
+    """``mean ± h`` of a cell after scaling, both to ``digits`` places (one format per table
+    column); the mean alone without an interval (one value)."""
+    text = _fmt(cell.mean, scale, digits)
+    if cell.n > 1 and math.isfinite(cell.half_width):
+        text += f" ± {_fmt(cell.half_width, scale, digits)}"
+    return text
+
+
 def set_table(name: str, rows: list[dict], entry: dict[str, Any]) -> Table:
+    """The set's entries (:func:`_entries`) and each model: the models' row is their mean ±
+    the half-width of its 95 % t-interval (:func:`lmc.stats.summarize`)."""
     body = []
     for label, group in _entries(rows):
-        cells = [label if label != "models (mean)" else f"models (mean ± std of {len(group)})"]
+        cells = [_models_label(len(group)) if label == MODELS else label]
         for column, _, scale in METRICS:
-            mean, std, _ = mean_std(r[column] for r in group)
-            digits = 3 if scale == 1.0 else 2
-            text = _fmt(mean, scale, digits)
-            if len(group) > 1:
-                text += f" ± {_fmt(std, scale, digits)}"
-            cells.append(text)
+            cells.append(_cell_text(summarize(r[column] for r in group), scale, _digits(scale)))
         extra = ""
-        if label.startswith("merged (weight)"):
+        if label == "merged (weight)":
             r = group[0]
             extra = f"{int(r['rounds'])} rounds" + (
                 "" if str(r["converged"]) == "True" else ", not converged"
@@ -86,12 +132,14 @@ def set_table(name: str, rows: list[dict], entry: dict[str, Any]) -> Table:
         body.append(cells)
     for r in (r for r in rows if r["role"] == "model"):
         cells = [f"model {int(r['index'])} ({int(r['train_examples'])} examples)"]
-        cells += [_fmt(r[c], s, 3 if s == 1.0 else 2) for c, _, s in METRICS]
+        cells += [_fmt(r[c], s, _digits(s)) for c, _, s in METRICS]
         body.append([*cells, ""])
     return Table(
         ["model", "test accuracy (%)", "test loss (nats)", "ECE (%)", "alignment"],
         body,
-        caption=f"Set `{name}`: {_describe(entry)}. Values from `models.csv`.",
+        caption=f"Set `{name}`: {_describe(entry)}. Values from `models.csv`; the models' row: "
+        "mean ± the half-width of its 95 % t-interval over the set's models; every other row "
+        "is one evaluation.",
         align=["l", "r", "r", "r", "l"],
     )
 
@@ -108,52 +156,245 @@ def _describe(entry: dict[str, Any]) -> str:
     return f"{n} models of different seeds, each on the same training data"
 
 
-def verdict(name: str, rows: list[dict]) -> str:
-    """One sentence per set, from the recorded numbers."""
+def _where(value: float, models: list[float]) -> str:
+    """Where one value lies among the models' values: above or below every one, or within
+    their range (descriptive: one evaluation, no interval)."""
+    if not models or not math.isfinite(value):
+        return ""
+    if value > max(models):
+        return "above every model"
+    if value < min(models):
+        return "below every model"
+    return "within the models' range"
+
+
+def verdict(name: str, rows: list[dict], split: str = "test") -> str:
+    """One sentence per set, from the recorded numbers: the models' mean test accuracy with
+    its 95 % interval and range, then each other entry's accuracy and ECE and where it lies
+    among the models' accuracies. Descriptive only: one set, one evaluation per merge; the
+    methods are judged across sets in "Methods compared, paired over sets"."""
     by = dict(_entries(rows))
-    models = by.get("models (mean)", [])
-    acc = mean_std(r["test_accuracy"] for r in models)[0]
-    best = max((r["test_accuracy"] for r in models), default=math.nan)
-    parts = [f"`{name}`: the models reach {100 * acc:.1f} % on average (best {100 * best:.1f} %)"]
-    merges = [label for label in by if label.startswith("merged (")]
-    for label in (*merges, "ensemble", "reference"):
-        if label in by:
-            r = by[label][0]
-            parts.append(
-                f"{label} {100 * r['test_accuracy']:.1f} % (ECE {100 * r['test_ece']:.1f} %)"
+    accs = [r["test_accuracy"] for r in by.get(MODELS, []) if math.isfinite(r["test_accuracy"])]
+    cell = summarize(accs)
+    if cell.n == 0:
+        parts = [f"`{name}`: no model accuracy recorded"]
+    else:
+        mean = _cell_text(cell, 100.0, 1)
+        spread = (
+            f" (95 % interval; from {100 * min(accs):.1f} % to {100 * max(accs):.1f} %)"
+            if cell.n > 1
+            else ""
+        )
+        parts = [f"`{name}`: the {cell.n} models reach {mean} % test accuracy on average{spread}"]
+    for label in (label for label in by if label != MODELS):
+        r = by[label][0]
+        where = _where(r["test_accuracy"], accs)
+        parts.append(
+            f"{label} {100 * r['test_accuracy']:.1f} % (ECE {100 * r['test_ece']:.1f} %)"
+            + (f", {where}" if where else "")
+        )
+    return (
+        "; ".join(parts) + f". Each merge, the ensemble and the reference are one evaluation on "
+        f"the {split} split, with no interval."
+    )
+
+
+# ---- methods ----------------------------------------------------------------------------------
+def study_methods(config: dict[str, Any], rows: list[dict]) -> list[str]:
+    """The merge methods the study ran: ``merge_many.methods`` of ``study.json``'s config, in
+    its order, then any other method of the merged rows (``none`` first)."""
+    listed = [str(m) for m in config.get("merge_many", {}).get("methods", [])]
+    seen = [str(r["method"]) for r in rows if r["role"] == "merged"]
+    seen.sort(key=lambda m: m != "none")
+    return list(dict.fromkeys([*listed, *seen]))
+
+
+def method_text(name: str) -> str:
+    """What the merge ``name`` does, from the alignment method's registry record
+    (:mod:`lmc.perm.methods`: ``label``, ``description``); ``none`` (the plain average) and
+    ``weight`` (merge-many) merge by a scheme of their own."""
+    try:
+        record = get_method(name)
+    except LmcError:
+        record = None
+    label = record.label if record is not None else name
+    head = f"`{name}` ({label})" if label != name else f"`{name}`"
+    if name in OWN_MERGES:
+        return f"{head}: {OWN_MERGES[name]}"
+    if record is None:
+        return f"{head}: not a registered alignment method here, so its record is unknown"
+    how = (
+        "every model put in its canonical form and aligned onto model 0's by this method, then "
+        "averaged (a canonical-form model)"
+        if record.canonical
+        else "every model aligned onto model 0 by this method, then averaged"
+    )
+    described = (
+        f"the method, as its record describes it for a pair (B onto A): {record.description}"
+    )
+    return f"{head}: {how}; {described}"
+
+
+def method_blocks(methods: list[str], split: str, ece_bins: Any, reference: bool) -> list[Block]:
+    """The paragraph that says how each set was merged and compared, one item per method the
+    study ran (:func:`method_text`)."""
+    what = (
+        "the models, their ensemble (averaged logits) and a reference model trained on all the data"
+        if reference
+        else "the models and their ensemble (averaged logits)"
+    )
+    count = f"{len(methods)} method{'s' if len(methods) != 1 else ''}"
+    intro = Para(
+        f"Each set's models are merged by {count}, and each merge is compared with {what}, "
+        f"on the {split} split; ECE over {ece_bins} equal-width confidence bins. The models "
+        "of a set are shown as their mean ± the half-width of its 95 % t-interval over the "
+        "set's models (t with n − 1 degrees of freedom); a merge, the ensemble and the "
+        "reference are one evaluation each. The methods:"
+    )
+    return [intro, Bullets([method_text(m) for m in methods])]
+
+
+# ---- methods compared, paired over sets -------------------------------------------------------
+def repeats(sets: dict[str, list[dict]], entries: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """The sets grouped into repeats of one condition, in order: sets whose ``[[sets]]``
+    entries are equal but for ``name`` and ``seed`` (independent repeats, paired with each
+    other); sets without an entry in ``study.json`` form one group."""
+    groups: dict[str, list[str]] = {}
+    for name in sets:
+        entry = entries.get(name)
+        key = (
+            ""
+            if entry is None
+            else json.dumps(
+                {k: v for k, v in entry.items() if k not in ("name", "seed")}, sort_keys=True
             )
-    text = "; ".join(parts) + "."
-    if "merged (weight)" in by:
-        merged = by["merged (weight)"][0]["test_accuracy"]
-        if merged > best:
-            text += " The weight-matched merge beats every model it merges."
-        elif merged > acc:
-            text += " The weight-matched merge beats the models' average, not the best model."
-        else:
-            text += " The weight-matched merge does not beat the models' average."
-    return text
+        )
+        groups.setdefault(key, []).append(name)
+    return list(groups.values())
 
 
-def _bars(sets: dict[str, list[dict]], title: str) -> Plot:
+def _per_set(
+    sets: dict[str, list[dict]], names: list[str], label: str, column: str, scale: float
+) -> dict[str, float]:
+    """set name -> the entry's ``column`` × ``scale`` (the models: their mean) over ``names``;
+    sets without the entry, or without a finite value, are left out."""
+    out = {}
+    for name in names:
+        group = dict(_entries(sets[name])).get(label, [])
+        value = summarize(r[column] for r in group).mean if group else math.nan
+        if math.isfinite(value):
+            out[name] = scale * value
+    return out
+
+
+def _judged(first: dict[str, float], second: dict[str, float]) -> str:
+    """:func:`lmc.stats.verdict` on second − first, paired by set; a dash without a shared
+    set."""
+    if not any(k in second for k in first):
+        return DASH
+    return stats.verdict(compare(first, second))
+
+
+def paired_blocks(
+    sets: dict[str, list[dict]], entries: dict[str, dict[str, Any]], methods: list[str]
+) -> list[Block]:
+    """The "Methods compared, paired over sets" section: for test loss (nats) and test accuracy
+    (percentage points), each merge against the plain average (``none``, where it ran), the
+    set's models' mean and the set's ensemble, b − a with :func:`lmc.stats.compare` keyed by set
+    name, within each group of repeated sets (:func:`repeats`). Nothing without a merge."""
+    merged = [m for m in methods if any(
+        r["role"] == "merged" and r["method"] == m for rows in sets.values() for r in rows
+    )]  # fmt: skip
+    if not merged:
+        return []
+    groups = repeats(sets, entries)
+    body: list[Block] = []
+    for names in groups:
+        listed = ", ".join(f"`{n}`" for n in names)
+        if len(groups) > 1:
+            body.append(Heading(3, f"Sets {listed}" if len(names) > 1 else f"Set {listed} alone"))
+        if len(names) < stats.MIN_PAIRS:  # every comparison: too few pairs
+            sets_word = "Sets" if len(names) > 1 else "Set"
+            body.append(
+                Para(
+                    f"{sets_word} {listed}, every merge against every baseline: "
+                    f"{stats.too_few(len(names))}. Repeat the set with its own `seed` (a new "
+                    f"`[[sets]]` entry) to reach {stats.MIN_PAIRS} sets."
+                )
+            )
+            continue
+        for column, words, scale in COMPARED:
+            baselines = [(MODELS, "merge − the models' mean"), ("ensemble", "merge − ensemble")]
+            if "none" in merged:
+                baselines.insert(0, ("merged (none)", "merge − none (plain average)"))
+            cells = {
+                label: _per_set(sets, names, label, column, scale)
+                for label in [label for label, _ in baselines] + [f"merged ({m})" for m in merged]
+            }
+            baselines = [(label, head) for label, head in baselines if cells[label]]
+            if not baselines:
+                continue
+            rows = []
+            for m in merged:
+                mine = cells[f"merged ({m})"]
+                rows.append(
+                    [f"merged ({m})"]
+                    + [
+                        DASH
+                        if label == f"merged ({m})" or not mine
+                        else _judged(cells[label], mine)
+                        for label, _ in baselines
+                    ]
+                )
+            body.append(
+                Table(
+                    header=["merge", *(head for _, head in baselines)],
+                    rows=rows,
+                    caption=f"{words}: merge − baseline, paired by set · sets {listed}",
+                    align=["l"] + ["l"] * len(baselines),
+                    wide=True,
+                )
+            )
+    if not body:
+        return []
+    intro = Para(
+        "Each merge's test loss (nats) and test accuracy (percentage points) against the plain "
+        "average (`none`, where the study ran it), the set's models' mean and the set's "
+        "ensemble, merge − baseline, compared set by set: here a pair is a set, the same models "
+        "merged by every method, so each difference is taken within a set (lower loss and "
+        "higher accuracy are better). Only sets that repeat one condition are paired: their "
+        "`[[sets]]` entries are equal but for `name` and `seed`. Each cell gives the mean of the "
+        "per-set differences ± the half-width of its 95 % t-interval and the paired t-test's p. "
+        "The verdict names a difference (**higher** or **lower**, in how many pairs: sets) only "
+        "where that interval excludes 0; otherwise it reads **no difference detected** and says "
+        f"how large a difference the interval still admits; below {stats.MIN_PAIRS} sets it "
+        f'reads **too few pairs** ("{stats.too_few(2)}" for 2 sets) (docs/science.md, '
+        "Statistics and verdicts)."
+    )
+    return [Heading(2, "Methods compared, paired over sets"), intro, *body]
+
+
+# ---- figures ----------------------------------------------------------------------------------
+def _bars(sets: dict[str, list[dict]], title: str, methods: list[str]) -> Plot:
     fig, axes = new_figure(1, len(METRICS), panel=(max(3.6, 1.2 * len(sets) + 2.2), 3.4))
     labels = list(dict.fromkeys(label for rows in sets.values() for label, _ in _entries(rows)))
     width = 0.8 / max(len(labels), 1)
     positions = np.arange(len(sets))
     for ax, (column, name, scale) in zip(axes[0], METRICS):
         for j, label in enumerate(labels):
-            means, stds = [], []
+            means, halves = [], []
             for rows in sets.values():
-                group = dict(_entries(rows)).get(label, [])
-                mean, std, _ = mean_std(r[column] for r in group)
-                means.append(scale * mean)
-                stds.append(scale * std if len(group) > 1 else 0.0)
+                cell = summarize(r[column] for r in dict(_entries(rows)).get(label, []))
+                means.append(scale * cell.mean)
+                half = cell.half_width if cell.n > 1 else math.nan
+                halves.append(scale * half if math.isfinite(half) else 0.0)
             ax.bar(
                 positions + (j - (len(labels) - 1) / 2) * width,
                 means,
                 width,
-                yerr=stds if any(stds) else None,
+                yerr=halves if any(halves) else None,
                 color=_colour(label),
-                label=label,
+                label="models (mean ± 95 % interval)" if label == MODELS else label,
                 capsize=2,
             )
         ax.set_xticks(positions, list(sets))
@@ -161,11 +402,15 @@ def _bars(sets: dict[str, list[dict]], title: str) -> Plot:
         finish_axes(ax)
     axes[0][-1].legend(frameon=False, fontsize=7.5)
     fig.suptitle(title, fontsize=10)
+    reference = any(r["role"] == "reference" for rows in sets.values() for r in rows)
     caption = (
         "Test accuracy, loss (nats) and expected calibration error per set: the models "
-        "(mean, error bar ± std), their ensemble (averaged logits), the merges (none: plain "
-        "weight average; weight: Git Re-Basin's iterative merge-many) and the reference model "
-        "trained on the whole training split."
+        "(mean, error bar ± the half-width of its 95 % t-interval over the set's models, t with "
+        "n − 1 degrees of freedom), their ensemble (averaged logits), the merges ("
+        + ", ".join(f"`{m}`" for m in methods)
+        + ": see the methods above)"
+        + (" and the reference model trained on the whole training split" if reference else "")
+        + "; every bar but the models' is one evaluation."
     )
     return Plot("merge_many", "Merged models against their inputs", caption, render(fig))
 
@@ -227,19 +472,16 @@ def merge_many_page(folder: Path, title: str | None = None, quiet: bool = True) 
     where = f"{data.get('dataset', '?')} · {model.get('name', '?')} (width {width})"
     title = title or f"Merging many models: {where} ({record.get('name', 'merge-many')})"
 
-    method = Para(
-        "Each set's models are merged by averaging their weights as they are (`none`) and "
-        "after Git Re-Basin's merge-many (`weight`, App. A.10: every model permuted by weight "
-        "matching onto the mean of the others, round after round, until no permutation "
-        "changes), then compared with the models, their ensemble (averaged logits) and a "
-        f"reference model trained on all the data, on the {data.get('split', 'test')} split; "
-        f"ECE over {settings.get('ece_bins', '?')} equal-width confidence bins."
-    )
+    methods = study_methods(config, rows)
+    reference = any(r["role"] == "reference" for r in rows)
+    split = data.get("split", "test")
+    method = method_blocks(methods, split, settings.get("ece_bins", "?"), reference)
 
     def body(figures: Figures) -> list[Block]:
-        blocks: list[Block] = [method, Heading(2, "Summary")]
-        blocks += [Para(verdict(name, set_rows)) for name, set_rows in sets.items()]
-        blocks.append(figures.block(_bars(sets, where)))
+        blocks: list[Block] = [*method, Heading(2, "Summary")]
+        blocks += [Para(verdict(name, set_rows, split)) for name, set_rows in sets.items()]
+        blocks.append(figures.block(_bars(sets, where, methods)))
+        blocks += paired_blocks(sets, entries, methods)
         blocks.append(Heading(2, "Sets"))
         for name, set_rows in sets.items():
             blocks.append(Heading(3, f"Set `{name}`"))
