@@ -411,6 +411,9 @@ WITHIN = {
     "gpt_neox_partial_rotary": (lambda: _gpt_neox(0.5), {"vo:invertible": 2}),
     "phi3_gqa": (lambda: _phi3(2), {"qk:rope": 2, "vo:invertible": 2}),
     "phi3_mha": (lambda: _phi3(HEADS), {"qk:rope": 2}),  # v/o: nested permutation groups
+    # one key/value head cut off the fused projection, rotary embeddings joined by cat((rotated,
+    # passed)): the view feeds attention through the cat
+    "phi3_mqa": (lambda: _phi3(1), {"qk:rope": 2, "vo:invertible": 2}),
     "falcon_mqa": (lambda: _decoder("FalconConfig", "FalconForCausalLM"),
                    {"qk:rope": 2, "vo:invertible": 2}),
     "gpt_bigcode_mqa": (_gpt_bigcode, {"qk:invertible": 2, "vo:invertible": 2}),

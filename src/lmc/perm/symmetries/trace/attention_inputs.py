@@ -2,7 +2,8 @@
 of ``F.scaled_dot_product_attention``, both operands of a product of two computed tensors:
 ``q @ k.transpose(-2, -1)``, ``attn @ v``) and those they are made of by ops that follow
 attention heads (views, transposes, elementwise ops such as rotary embeddings, reductions such
-as a norm per head), back to the layers that computed them.
+as a norm per head) or join their pieces (``cat``: partial rotary embeddings, Phi-3's
+``cat((rotated, passed), -1)``), back to the layers that computed them.
 
 A view that makes room for one head (``(..., T, d) -> (..., T, 1, d)``) splits one key/value
 head of multi-query attention off (:func:`.attention.split_one_head`) only where it feeds
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 from torch import fx
 
-from . import attention, layers
+from . import attention, flow, layers
 from .handlers import HEAD_AWARE, handler_for
 from .state import TraceState
 
+#: handlers the walk back follows besides the head-aware ones
+_JOINS = frozenset({flow.cat})
 #: handlers of the products of attention, where the walk back starts and stops
 _PRODUCTS = frozenset(
     {attention.sdpa, attention.multihead_attention_module, layers.matmul, layers.addmm}
@@ -55,7 +58,7 @@ def attention_inputs(st: TraceState) -> frozenset[fx.Node]:
         if node.op not in ("call_function", "call_method", "call_module"):
             continue
         handler = handler_for(st, node)
-        if handler in HEAD_AWARE and handler not in _PRODUCTS:
+        if (handler in HEAD_AWARE or handler in _JOINS) and handler not in _PRODUCTS:
             stack.extend(node.all_input_nodes)
     return frozenset(seen)
 
