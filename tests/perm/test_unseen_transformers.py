@@ -193,6 +193,14 @@ def _add_output_and_mlp(block: nn.Module) -> None:
     block.fc1, block.fc2 = nn.Linear(WIDTH, 48), nn.Linear(48, WIDTH)
 
 
+def _add_norms_qkv_output_and_mlp(block: nn.Module) -> None:
+    """Give a block its two LayerNorms, separate q/k/v projections of all heads, the output
+    projection and the MLP (:func:`_add_output_and_mlp`)."""
+    block.norm1, block.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+    block.q, block.k, block.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+    _add_output_and_mlp(block)
+
+
 def _output_and_mlp(block: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The rest of a pre-LN block after its attention's heads ``y`` (B, H, T, d): the output
     projection added to the stream ``x``, then the MLP's branch."""
@@ -310,9 +318,7 @@ class _InterleavedRopeBlock(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         d = WIDTH // HEADS
-        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
-        self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
-        _add_output_and_mlp(self)
+        _add_norms_qkv_output_and_mlp(self)
         angle = torch.arange(T)[:, None] * 100.0 ** (-torch.arange(0, d, 2) / d)
         self.register_buffer("cos", angle.cos().repeat_interleave(2, -1), persistent=False)
         self.register_buffer("sin", angle.sin().repeat_interleave(2, -1), persistent=False)
@@ -332,9 +338,7 @@ class _StackedQKBlock(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
-        self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
-        _add_output_and_mlp(self)
+        _add_norms_qkv_output_and_mlp(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -791,16 +795,14 @@ def test_a_stack_of_whole_heads_is_not_understood():
 
 class _RotatedBeforeTransposeBlock(nn.Module):
     """q and k turned a quarter of each interleaved plane on ``(B, T, H, d)`` before the
-    transpose (a fixed rotation of both: the scores are unchanged), stacked with ``dim=`` or
-    with torch's alias ``axis=``. With d/2 = H a stack read along the wrong dim would pass
-    for one along the heads."""
+    transpose (a fixed rotation of both: the scores, and any invertible q/k map, are kept),
+    stacked with ``dim=`` or with torch's alias ``axis=``. With d/2 = H a stack read along the
+    wrong dim would pass for one along the heads."""
 
     def __init__(self, keyword: str) -> None:
         super().__init__()
         self.keyword = keyword
-        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
-        self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
-        _add_output_and_mlp(self)
+        _add_norms_qkv_output_and_mlp(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
