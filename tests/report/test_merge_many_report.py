@@ -217,3 +217,78 @@ def test_the_method_paragraph_names_the_methods_the_study_ran(tmp_path):
     assert "`none`" in method_list and "plain average" in method_list
     assert "merge-many" in method_list
     assert "merged by 4 methods" in text
+
+
+def _section(text: str) -> str:
+    return text.split("## Methods compared, paired over sets", 1)[1].split("## Sets", 1)[0]
+
+
+def test_sets_that_share_models_are_not_paired(tmp_path):
+    """Model i of a set trains with its seed + i: sets seeded 0 and 2 with 4 models share two
+    models, so they are not independent repeats (no verdict, though 3 sets are there)."""
+    entries = [{"name": s, "models": 4, "subset": "all", "seed": seed}
+               for s, seed in (("a", 0), ("b", 2), ("c", 8))]  # fmt: skip
+    section = _section(_report(_write(tmp_path / "out", ["a", "b", "c"], entries)))
+    assert "Sets `a`, `b`, `c`: models that may be in common (their seeds overlap" in section
+    assert "lower in" not in section and "higher in" not in section and "| merge |" not in section
+
+
+def test_a_set_without_a_seed_counts_from_the_study_seed(tmp_path):
+    """An entry without ``seed`` uses the study's: with the study seed 0 it is the set seeded
+    0, the same models."""
+    entries = [{"name": "a", "models": 4, "subset": "all"},
+               {"name": "b", "models": 4, "subset": "all", "seed": 0},
+               {"name": "c", "models": 4, "subset": "all", "seed": 8}]  # fmt: skip
+    folder = _write(tmp_path / "out", ["a", "b", "c"], entries)
+    record = json.loads((folder / "study.json").read_text())
+    record["config"]["merge_many"]["seed"] = 0
+    (folder / "study.json").write_text(json.dumps(record))
+    assert "seeds overlap" in _section(_report(folder))
+
+
+def test_sets_without_recorded_entries_are_not_compared(tmp_path):
+    section = _section(_report(_write(tmp_path / "out", ["a", "b", "c"], entries=[])))
+    assert "no `[[sets]]` entry in study.json" in section
+    assert "lower in" not in section and "higher in" not in section
+
+
+def test_numeric_set_names_stay_names(tmp_path):
+    """A set named ``1`` is read as the text it is (not 1.0), so it meets its entry and is
+    paired with its repeats only."""
+    names = ["1", "2", "3"]
+    rename = dict(zip("abc", names))
+    folder = _write(tmp_path / "out", ["a", "b", "c"])
+    record = json.loads((folder / "study.json").read_text())
+    for entry in record["config"]["sets"]:
+        entry["name"] = rename[entry["name"]]
+    (folder / "study.json").write_text(json.dumps(record))
+    with open(folder / "models.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["set"] = rename[row["set"]]
+    with open(folder / "models.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, MODEL_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    text = _report(folder)
+    assert "### Set `1`" in text and "1.0" not in _section(text)
+    table = _table(text, "test loss (nats): merge − baseline, paired by set · sets `1`, `2`, `3`")
+    first = {s: MERGED["none"][s][0] for s in "abc"}
+    second = {s: MERGED["learned"][s][0] for s in "abc"}
+    assert table["merged (learned)"][0] == stats.verdict(stats.compare(first, second))
+
+
+def test_a_weight_merge_without_rounds_is_reported(tmp_path):
+    """A models.csv whose weight merge has no ``rounds`` (an older or hand-made file) still
+    gives a report; its table says nothing of rounds."""
+    folder = _write(tmp_path / "out", ["a", "b", "c"])
+    with open(folder / "models.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["rounds"] = row["converged"] = ""
+    with open(folder / "models.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, MODEL_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    text = _report(folder)
+    assert "## Sets" in text and " rounds" not in text.split("## Sets", 1)[1].split("##", 1)[0]

@@ -18,7 +18,7 @@ from lmc.perm.methods import all_methods
 
 # Columns kept as text; every other column is parsed as a number.
 TEXT_COLUMNS = frozenset(
-    {"dataset", "model", "method", "path", "split", "bn", "name", "kind", "variant"}
+    {"dataset", "model", "method", "path", "split", "bn", "name", "kind", "variant", "set"}
 )
 INT_COLUMNS = frozenset({"pair", "layer", "pairs"})
 REQUIRED_RESULT_COLUMNS = ("width", "weight_decay", "pair", "method", "lam")

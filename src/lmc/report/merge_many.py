@@ -61,9 +61,11 @@ ENTRY_COLOURS = {
 OWN_MERGES = {
     "none": "the plain average of the models' weights as they are",
     "weight": "Git Re-Basin's merge-many (App. A.10): every model permuted by weight matching "
-    "onto the mean of the others, round after round, until no permutation changes; then "
-    "averaged",
+    "onto the mean of the others, round after round, until no permutation changes (at most "
+    "`max_rounds` rounds; the set's table says whether it converged); then averaged",
 }
+#: What the canonical control does to a set (it aligns nothing)
+CONTROL = "every model put in its canonical form (the same function), not aligned, then averaged"
 
 
 def _entries(rows: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -123,10 +125,10 @@ def set_table(name: str, rows: list[dict], entry: dict[str, Any]) -> Table:
         for column, _, scale in METRICS:
             cells.append(_cell_text(summarize(r[column] for r in group), scale, _digits(scale)))
         extra = ""
-        if label == "merged (weight)":
-            r = group[0]
-            extra = f"{int(r['rounds'])} rounds" + (
-                "" if str(r["converged"]) == "True" else ", not converged"
+        rounds = group[0].get("rounds") if label == "merged (weight)" else None
+        if isinstance(rounds, (int, float)) and math.isfinite(rounds):
+            extra = f"{int(rounds)} rounds" + (
+                "" if str(group[0].get("converged")) == "True" else ", not converged"
             )
         cells.append(extra)
         body.append(cells)
@@ -185,27 +187,32 @@ def verdict(name: str, rows: list[dict], split: str = "test") -> str:
             if cell.n > 1
             else ""
         )
-        parts = [f"`{name}`: the {cell.n} models reach {mean} % test accuracy on average{spread}"]
+        if cell.n == 1:
+            parts = [f"`{name}`: the one model with an accuracy reaches {mean} % test accuracy"]
+        else:
+            parts = [f"`{name}`: the {cell.n} models with an accuracy reach {mean} % test "
+                     f"accuracy on average{spread}"]  # fmt: skip
     for label in (label for label in by if label != MODELS):
         r = by[label][0]
         where = _where(r["test_accuracy"], accs)
         parts.append(
-            f"{label} {100 * r['test_accuracy']:.1f} % (ECE {100 * r['test_ece']:.1f} %)"
-            + (f", {where}" if where else "")
+            f"{label} {_fmt(r['test_accuracy'], 100.0, 1)} % "
+            f"(ECE {_fmt(r['test_ece'], 100.0, 1)} %)" + (f", {where}" if where else "")
         )
+    others = "the ensemble and the reference" if "reference" in by else "the ensemble"
     return (
-        "; ".join(parts) + f". Each merge, the ensemble and the reference are one evaluation on "
-        f"the {split} split, with no interval."
+        "; ".join(parts) + f". Each merge and {others} are one evaluation on the {split} split, "
+        "with no interval."
     )
 
 
 # ---- methods ----------------------------------------------------------------------------------
 def study_methods(config: dict[str, Any], rows: list[dict]) -> list[str]:
-    """The merge methods the study ran: ``merge_many.methods`` of ``study.json``'s config, in
-    its order, then any other method of the merged rows (``none`` first)."""
-    listed = [str(m) for m in config.get("merge_many", {}).get("methods", [])]
+    """The merge methods the study ran (those of the merged rows), in the order of
+    ``merge_many.methods`` of ``study.json``'s config, then any other (``none`` first)."""
     seen = [str(r["method"]) for r in rows if r["role"] == "merged"]
     seen.sort(key=lambda m: m != "none")
+    listed = [str(m) for m in config.get("merge_many", {}).get("methods", []) if m in seen]
     return list(dict.fromkeys([*listed, *seen]))
 
 
@@ -223,12 +230,15 @@ def method_text(name: str) -> str:
         return f"{head}: {OWN_MERGES[name]}"
     if record is None:
         return f"{head}: not a registered alignment method here, so its record is unknown"
-    how = (
-        "every model put in its canonical form and aligned onto model 0's by this method, then "
-        "averaged (a canonical-form model)"
-        if record.canonical
-        else "every model aligned onto model 0 by this method, then averaged"
-    )
+    if name == "canonical":
+        how = CONTROL
+    elif record.canonical:
+        how = (
+            "every model put in its canonical form and aligned onto model 0's by this method, "
+            "then averaged (a canonical-form model)"
+        )
+    else:
+        how = "every model aligned onto model 0 by this method, then averaged"
     described = (
         f"the method, as its record describes it for a pair (B onto A): {record.description}"
     )
@@ -248,29 +258,53 @@ def method_blocks(methods: list[str], split: str, ece_bins: Any, reference: bool
         f"Each set's models are merged by {count}, and each merge is compared with {what}, "
         f"on the {split} split; ECE over {ece_bins} equal-width confidence bins. The models "
         "of a set are shown as their mean ± the half-width of its 95 % t-interval over the "
-        "set's models (t with n − 1 degrees of freedom); a merge, the ensemble and the "
-        "reference are one evaluation each. The methods:"
+        "set's models (t with n − 1 degrees of freedom); a merge, the ensemble"
+        + (" and the reference are" if reference else " are")
+        + " one evaluation each. The methods:"
     )
     return [intro, Bullets([method_text(m) for m in methods])]
 
 
 # ---- methods compared, paired over sets -------------------------------------------------------
-def repeats(sets: dict[str, list[dict]], entries: dict[str, dict[str, Any]]) -> list[list[str]]:
-    """The sets grouped into repeats of one condition, in order: sets whose ``[[sets]]``
-    entries are equal but for ``name`` and ``seed`` (independent repeats, paired with each
-    other); sets without an entry in ``study.json`` form one group."""
+def _seeds(entry: dict[str, Any], study_seed: Any) -> range | None:
+    """The seeds of a set's models: ``seed`` (else the study's) + i for model i
+    (:func:`lmc.experiments.merge_many_study.set_seed`); ``None`` where unknown."""
+    seed, models = entry.get("seed", study_seed), entry.get("models")
+    if not isinstance(seed, int) or not isinstance(models, int):
+        return None
+    return range(seed, seed + models)
+
+
+def repeats(
+    sets: dict[str, list[dict]], entries: dict[str, dict[str, Any]], study_seed: Any = None
+) -> tuple[list[list[str]], list[list[str]]]:
+    """``(groups, unpaired)``: the sets grouped into independent repeats of one condition, in
+    order, and the groups that cannot be paired. Repeats are sets whose ``[[sets]]`` entries
+    are equal but for ``name`` and ``seed`` and whose models' seeds (``seed`` + i, the study's
+    ``seed`` where a set gives none) do not overlap: sets that share models are not
+    independent, so such a group goes to ``unpaired``, as do sets without a recorded entry
+    (their condition cannot be checked)."""
     groups: dict[str, list[str]] = {}
+    unpaired: list[list[str]] = []
+    loose = [name for name in sets if name not in entries]
     for name in sets:
         entry = entries.get(name)
-        key = (
-            ""
-            if entry is None
-            else json.dumps(
-                {k: v for k, v in entry.items() if k not in ("name", "seed")}, sort_keys=True
-            )
-        )
+        if entry is None:
+            continue
+        key = json.dumps({k: v for k, v in entry.items() if k not in ("name", "seed")},
+                         sort_keys=True)  # fmt: skip
         groups.setdefault(key, []).append(name)
-    return list(groups.values())
+    paired = []
+    for names in groups.values():
+        seeds = [_seeds(entries[n], study_seed) for n in names]
+        known = all(r is not None for r in seeds)
+        overlap = not known or any(
+            set(a) & set(b) for i, a in enumerate(seeds) for b in seeds[i + 1 :]
+        )
+        (unpaired if overlap and len(names) > 1 else paired).append(names)
+    if loose:
+        unpaired.append(loose)
+    return paired, unpaired
 
 
 def _per_set(
@@ -296,7 +330,10 @@ def _judged(first: dict[str, float], second: dict[str, float]) -> str:
 
 
 def paired_blocks(
-    sets: dict[str, list[dict]], entries: dict[str, dict[str, Any]], methods: list[str]
+    sets: dict[str, list[dict]],
+    entries: dict[str, dict[str, Any]],
+    methods: list[str],
+    study_seed: Any = None,
 ) -> list[Block]:
     """The "Methods compared, paired over sets" section: for test loss (nats) and test accuracy
     (percentage points), each merge against the plain average (``none``, where it ran), the
@@ -307,11 +344,21 @@ def paired_blocks(
     )]  # fmt: skip
     if not merged:
         return []
-    groups = repeats(sets, entries)
+    groups, unpaired = repeats(sets, entries, study_seed)
     body: list[Block] = []
+    for names in unpaired:
+        listed = ", ".join(f"`{n}`" for n in names)
+        why = (
+            "no `[[sets]]` entry in study.json, so whether they repeat one condition cannot be "
+            "checked"
+            if all(n not in entries for n in names)
+            else "models that may be in common (their seeds overlap, or are not recorded), so they "
+            "are not independent repeats"
+        )
+        body.append(Para(f"Sets {listed}: {why}; not compared."))
     for names in groups:
         listed = ", ".join(f"`{n}`" for n in names)
-        if len(groups) > 1:
+        if len(groups) + len(unpaired) > 1:
             body.append(Heading(3, f"Sets {listed}" if len(names) > 1 else f"Set {listed} alone"))
         if len(names) < stats.MIN_PAIRS:  # every comparison: too few pairs
             sets_word = "Sets" if len(names) > 1 else "Set"
@@ -362,8 +409,9 @@ def paired_blocks(
         "average (`none`, where the study ran it), the set's models' mean and the set's "
         "ensemble, merge − baseline, compared set by set: here a pair is a set, the same models "
         "merged by every method, so each difference is taken within a set (lower loss and "
-        "higher accuracy are better). Only sets that repeat one condition are paired: their "
-        "`[[sets]]` entries are equal but for `name` and `seed`. Each cell gives the mean of the "
+        "higher accuracy are better). Only sets that repeat one condition independently are "
+        "paired: their `[[sets]]` entries are equal but for `name` and `seed`, and their "
+        "models' seeds do not overlap. Each cell gives the mean of the "
         "per-set differences ± the half-width of its 95 % t-interval and the paired t-test's p. "
         "The verdict names a difference (**higher** or **lower**, in how many pairs: sets) only "
         "where that interval excludes 0; otherwise it reads **no difference detected** and says "
@@ -481,7 +529,7 @@ def merge_many_page(folder: Path, title: str | None = None, quiet: bool = True) 
         blocks: list[Block] = [*method, Heading(2, "Summary")]
         blocks += [Para(verdict(name, set_rows, split)) for name, set_rows in sets.items()]
         blocks.append(figures.block(_bars(sets, where, methods)))
-        blocks += paired_blocks(sets, entries, methods)
+        blocks += paired_blocks(sets, entries, methods, settings.get("seed"))
         blocks.append(Heading(2, "Sets"))
         for name, set_rows in sets.items():
             blocks.append(Heading(3, f"Set `{name}`"))
