@@ -305,7 +305,7 @@ def test_the_learned_parametrisation_keeps_the_function_for_any_parameters(cases
     assert any(g in sym.within for g in groups) == name.startswith(("hf_llama", "llama"))
     sizes = {**sym.group_sizes, **{g: w.size for g, w in sym.within.items()}}
     gen = torch.Generator().manual_seed(5)
-    planes = frozenset(g for g in groups if g in sym.within and sym.within[g].kind == "rope")
+    planes = {g: RopePlanes for g in groups if g in sym.within and sym.within[g].kind == "rope"}
     invertible = frozenset(
         g for g in groups if head_maps == "invertible" and (g in sym.spec.heads or g in sym.within)
     )

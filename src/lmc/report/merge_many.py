@@ -14,8 +14,9 @@ merge, the ensemble and the reference are one evaluation each (no interval). Met
 compared **paired over sets**: a pair is a set (the same models merged by every method, with
 their ensemble and their mean), the difference is b − a (the merge minus its baseline), test
 loss in nats and test accuracy in percentage points (fractions × 100), and the verdict is
-:func:`lmc.stats.verdict`'s. Only sets that repeat one condition are paired (their ``[[sets]]``
-entries equal but for ``name`` and ``seed``: independent repeats), each such group on its own.
+:func:`lmc.stats.verdict`'s. Only sets that repeat one condition independently are paired
+(their ``[[sets]]`` entries equal but for ``name`` and ``seed``, their models' seeds not
+overlapping: :func:`repeats`), each such group on its own.
 """
 
 from __future__ import annotations
@@ -182,16 +183,12 @@ def verdict(name: str, rows: list[dict], split: str = "test") -> str:
         parts = [f"`{name}`: no model accuracy recorded"]
     else:
         mean = _cell_text(cell, 100.0, 1)
-        spread = (
-            f" (95 % interval; from {100 * min(accs):.1f} % to {100 * max(accs):.1f} %)"
-            if cell.n > 1
-            else ""
-        )
         if cell.n == 1:
             parts = [f"`{name}`: the one model with an accuracy reaches {mean} % test accuracy"]
         else:
+            spread = f"from {100 * min(accs):.1f} % to {100 * max(accs):.1f} %"
             parts = [f"`{name}`: the {cell.n} models with an accuracy reach {mean} % test "
-                     f"accuracy on average{spread}"]  # fmt: skip
+                     f"accuracy on average (95 % interval; {spread})"]  # fmt: skip
     for label in (label for label in by if label != MODELS):
         r = by[label][0]
         where = _where(r["test_accuracy"], accs)
@@ -338,11 +335,9 @@ def paired_blocks(
     """The "Methods compared, paired over sets" section: for test loss (nats) and test accuracy
     (percentage points), each merge against the plain average (``none``, where it ran), the
     set's models' mean and the set's ensemble, b − a with :func:`lmc.stats.compare` keyed by set
-    name, within each group of repeated sets (:func:`repeats`). Nothing without a merge."""
-    merged = [m for m in methods if any(
-        r["role"] == "merged" and r["method"] == m for rows in sets.values() for r in rows
-    )]  # fmt: skip
-    if not merged:
+    name, within each group of repeated sets (:func:`repeats`); ``methods``: those that ran
+    (:func:`study_methods`). Nothing without a merge."""
+    if not methods:
         return []
     groups, unpaired = repeats(sets, entries, study_seed)
     body: list[Block] = []
@@ -372,17 +367,17 @@ def paired_blocks(
             continue
         for column, words, scale in COMPARED:
             baselines = [(MODELS, "merge − the models' mean"), ("ensemble", "merge − ensemble")]
-            if "none" in merged:
+            if "none" in methods:
                 baselines.insert(0, ("merged (none)", "merge − none (plain average)"))
             cells = {
                 label: _per_set(sets, names, label, column, scale)
-                for label in [label for label, _ in baselines] + [f"merged ({m})" for m in merged]
+                for label in [label for label, _ in baselines] + [f"merged ({m})" for m in methods]
             }
             baselines = [(label, head) for label, head in baselines if cells[label]]
             if not baselines:
                 continue
             rows = []
-            for m in merged:
+            for m in methods:
                 mine = cells[f"merged ({m})"]
                 rows.append(
                     [f"merged ({m})"]
@@ -423,7 +418,7 @@ def paired_blocks(
 
 
 # ---- figures ----------------------------------------------------------------------------------
-def _bars(sets: dict[str, list[dict]], title: str, methods: list[str]) -> Plot:
+def _bars(sets: dict[str, list[dict]], title: str, methods: list[str], reference: bool) -> Plot:
     fig, axes = new_figure(1, len(METRICS), panel=(max(3.6, 1.2 * len(sets) + 2.2), 3.4))
     labels = list(dict.fromkeys(label for rows in sets.values() for label, _ in _entries(rows)))
     width = 0.8 / max(len(labels), 1)
@@ -450,7 +445,6 @@ def _bars(sets: dict[str, list[dict]], title: str, methods: list[str]) -> Plot:
         finish_axes(ax)
     axes[0][-1].legend(frameon=False, fontsize=7.5)
     fig.suptitle(title, fontsize=10)
-    reference = any(r["role"] == "reference" for rows in sets.values() for r in rows)
     caption = (
         "Test accuracy, loss (nats) and expected calibration error per set: the models "
         "(mean, error bar ± the half-width of its 95 % t-interval over the set's models, t with "
@@ -528,7 +522,7 @@ def merge_many_page(folder: Path, title: str | None = None, quiet: bool = True) 
     def body(figures: Figures) -> list[Block]:
         blocks: list[Block] = [*method, Heading(2, "Summary")]
         blocks += [Para(verdict(name, set_rows, split)) for name, set_rows in sets.items()]
-        blocks.append(figures.block(_bars(sets, where, methods)))
+        blocks.append(figures.block(_bars(sets, where, methods, reference)))
         blocks += paired_blocks(sets, entries, methods, settings.get("seed"))
         blocks.append(Heading(2, "Sets"))
         for name, set_rows in sets.items():

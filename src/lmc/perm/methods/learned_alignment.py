@@ -83,7 +83,6 @@ from ..symmetries.alignment_map import Alignment
 from ..symmetries.symmetry_spec import SymmetrySpec
 from ..symmetries.transforms import (
     PLANE_CLASSES,
-    InterleavedRopePlanes,
     Invertible,
     Orthogonal,
     Permutation,
@@ -163,23 +162,24 @@ def _shape(blocks: int, d: int, planes: bool) -> tuple[int, ...]:
 def _rotations(
     skews: Mapping[str, torch.Tensor],
     invertible: frozenset[str] = frozenset(),
-    planes: frozenset[str] = frozenset(),
-    interleaved: frozenset[str] = frozenset(),
+    planes: Mapping[str, type[RopePlanes]] | None = None,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Per group, the (blocks, d, d) maps ``(R, R⁻ᵀ)``: the orthogonal exp(S − Sᵀ) (both the
     same), or for a group in ``invertible`` exp(S) and exp(−Sᵀ); for a group in ``planes``
     (rotary q/k) ``S`` is (blocks, 2, d/2): angles φ and log-scales u, R = e^u R(φ) per plane
-    and R⁻ᵀ = e^{−u} R(φ) (:func:`lmc.perm.symmetries.transforms.plane_blocks`), the planes
-    being dims 2p and 2p + 1 for a group also in ``interleaved``, else p and p + d/2."""
+    and R⁻ᵀ = e^{−u} R(φ) (:func:`lmc.perm.symmetries.transforms.plane_blocks`), in the plane
+    layout of the group's class there (:class:`~lmc.perm.symmetries.transforms.RopePlanes`:
+    dims p and p + d/2; ``InterleavedRopePlanes``: 2p and 2p + 1)."""
+    planes = planes or {}
     out = {}
     for g, s in skews.items():
         if g in planes:
             angle, log_s = s[:, 0], s[:, 1]
             c, sn = torch.cos(angle), torch.sin(angle)
             scale = log_s.exp()
-            pair = g in interleaved
-            out[g] = (plane_blocks(scale * c, scale * sn, pair),
-                      plane_blocks(c / scale, sn / scale, pair))  # fmt: skip
+            layout = planes[g].layout()
+            out[g] = (plane_blocks(scale * c, scale * sn, **layout),
+                      plane_blocks(c / scale, sn / scale, **layout))  # fmt: skip
         elif g in invertible:
             out[g] = (torch.linalg.matrix_exp(s), torch.linalg.matrix_exp(-s.transpose(1, 2)))
         else:
@@ -341,10 +341,12 @@ def learned_alignment(
         and (g in spec.heads or g in spec.within)
         and spec.kinds[g] in ("invertible", *PLANE_CLASSES)
     )
-    planes = frozenset(
-        g for g in groups if g in spec.within and spec.within[g].kind in PLANE_CLASSES
-    )
-    interleaved = frozenset(g for g in planes if spec.within[g].kind == "rope_interleaved")
+    #: the rotary q/k groups and the class of their plane layout
+    planes = {
+        g: PLANE_CLASSES[spec.within[g].kind]
+        for g in groups
+        if g in spec.within and spec.within[g].kind in PLANE_CLASSES
+    }
     if head_maps == "invertible" and not invertible:
         raise LmcError(
             "head_maps='invertible' learns maps within heads, but there are none to learn: it "
@@ -381,9 +383,8 @@ def learned_alignment(
 
     def snapshot() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         return _rotations(
-            {g: s.detach().double().cpu() for g, s in skews.items()}, invertible, planes,
-            interleaved,
-        )  # fmt: skip
+            {g: s.detach().double().cpu() for g, s in skews.items()}, invertible, planes
+        )
 
     def draw() -> list[float]:
         if lambdas == "midpoint":
@@ -424,7 +425,7 @@ def learned_alignment(
             idx = next(batches)
             lams = draw()
             with record_function("learned.maps"):
-                rotations = _rotations(skews, invertible, planes, interleaved)
+                rotations = _rotations(skews, invertible, planes)
             loss = path_loss(lams, rotations, idx)
             optimizer.zero_grad(set_to_none=True)
             with record_function("learned.backward"):
@@ -450,10 +451,7 @@ def learned_alignment(
     def transform(g: str, size: int):
         if g not in best:
             return Permutation.identity(size)
-        if g in planes:
-            cls = InterleavedRopePlanes if g in interleaved else RopePlanes
-        else:
-            cls = Invertible if g in invertible else Orthogonal
+        cls = planes.get(g) or (Invertible if g in invertible else Orthogonal)
         return cls(torch.arange(best[g][0].shape[0]), best[g][0])
 
     learned = Alignment(
